@@ -1,0 +1,1 @@
+"""Op builders: native kernels compiled just in time for the current accelerator."""
