@@ -1,0 +1,1 @@
+"""The built-in backends: one small module per kind of hardware."""

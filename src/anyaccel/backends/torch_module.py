@@ -1,0 +1,311 @@
+"""One implementation of the contract over a ``torch.cuda``-shaped device module.
+
+``torch.cuda``, ``torch.xpu``, torch_npu's ``torch.npu``, torch_mlu's ``torch.mlu`` and
+most vendor runtimes mirror the same function names. A backend built on this class
+declares its module and only overrides where its hardware really differs; a function a
+vendor module lacks degrades to the contract's default instead of an ``AttributeError``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from types import ModuleType
+from typing import Any, ClassVar
+
+import torch
+
+from anyaccel.abstract import Accelerator
+from anyaccel.errors import UnsupportedFeatureError
+
+__all__ = ["TorchModuleAccelerator"]
+
+
+class TorchModuleAccelerator(Accelerator):
+    """An accelerator whose device API is a module shaped like ``torch.cuda``."""
+
+    #: Attribute of ``torch`` holding the device module, e.g. ``"cuda"`` for ``torch.cuda``.
+    device_module_name: ClassVar[str] = ""
+    #: Package to import first so that it attaches the device module (e.g. ``"torch_npu"``).
+    runtime_package: ClassVar[str | None] = None
+    #: Name of the graph class in the device module (``"CUDAGraph"``), or ``None``.
+    graph_class_name: ClassVar[str | None] = None
+
+    def __init__(self, device_module: ModuleType | Any | None = None) -> None:
+        self._module: Any = (
+            device_module if device_module is not None else self.load_device_module()
+        )
+
+    @classmethod
+    def load_device_module(cls) -> Any:
+        """Import the runtime package (if any) and return the device module it provides."""
+        if cls.runtime_package:
+            importlib.import_module(cls.runtime_package)
+        name = cls.device_module_name or cls._name
+        module = getattr(torch, name, None)
+        if module is None:
+            raise UnsupportedFeatureError(
+                cls._name,
+                f"the device module torch.{name}",
+                f"Install the package that provides it ({cls.runtime_package or 'torch'}).",
+            )
+        return module
+
+    @property
+    def device_module(self) -> Any:
+        """The vendor's ``torch.cuda``-shaped module this accelerator drives."""
+        return self._module
+
+    def _optional(self, name: str) -> Callable[..., Any] | None:
+        """The device module's function ``name``, or ``None`` where the vendor lacks it."""
+        function: Callable[..., Any] | None = getattr(self._module, name, None)
+        return function
+
+    def _index(self, device_index: int | None) -> int:
+        return self._module.current_device() if device_index is None else int(device_index)
+
+    # ------------------------------------------------------------------ device
+    def set_device(self, device_index: int) -> None:
+        """Make ``device_index`` this process's current device."""
+        self._module.set_device(device_index)
+
+    def current_device(self) -> int:
+        """The index of the current device."""
+        return int(self._module.current_device())
+
+    def current_device_name(self) -> str:
+        """The current device as a string, e.g. ``'cuda:0'``."""
+        return f"{self._name}:{self._module.current_device()}"
+
+    def device_count(self) -> int:
+        """How many devices this process can see."""
+        return int(self._module.device_count())
+
+    def synchronize(self, device_index: int | None = None) -> None:
+        """Wait until all queued work on the device has finished."""
+        self._module.synchronize(device_index)
+
+    def is_available(self) -> bool:
+        """Whether the runtime sees a usable device."""
+        return bool(self._module.is_available())
+
+    # ------------------------------------------------------------------ RNG
+    def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> None:
+        """Restore the device generator's state."""
+        if device_index is None:
+            self._module.set_rng_state(new_state)
+        else:
+            self._module.set_rng_state(new_state, device_index)
+
+    def get_rng_state(self, device_index: int | None = None) -> torch.Tensor:
+        """The device generator's state as a CPU ``ByteTensor``."""
+        if device_index is None:
+            state: torch.Tensor = self._module.get_rng_state()
+        else:
+            state = self._module.get_rng_state(device_index)
+        return state
+
+    def manual_seed(self, seed: int) -> None:
+        """Seed the current device's generator."""
+        self._module.manual_seed(seed)
+
+    def manual_seed_all(self, seed: int) -> None:
+        """Seed every device's generator."""
+        self._module.manual_seed_all(seed)
+
+    def initial_seed(self) -> int:
+        """The seed the current device's generator started from."""
+        return int(self._module.initial_seed())
+
+    def default_generator(self, device_index: int) -> torch.Generator:
+        """The default generator of device ``device_index``."""
+        generators = getattr(self._module, "default_generators", None)
+        if generators is None:
+            return super().default_generator(device_index)
+        generator: torch.Generator = generators[device_index]
+        return generator
+
+    # ------------------------------------------------------------------ streams & events
+    @property
+    def Stream(self) -> type[Any]:
+        """The vendor's stream class."""
+        stream_class: type[Any] | None = getattr(self._module, "Stream", None)
+        return stream_class if stream_class is not None else super().Stream
+
+    def stream(self, stream: Any) -> AbstractContextManager[Any]:
+        """A context that makes ``stream`` current."""
+        function = self._optional("stream")
+        return function(stream) if function is not None else super().stream(stream)
+
+    def current_stream(self, device_index: int | None = None) -> Any:
+        """The stream work is queued on now."""
+        function = self._optional("current_stream")
+        return function(device_index) if function else super().current_stream(device_index)
+
+    def default_stream(self, device_index: int | None = None) -> Any:
+        """The device's default stream."""
+        function = self._optional("default_stream")
+        return function(device_index) if function else super().default_stream(device_index)
+
+    @property
+    def Event(self) -> type[Any]:
+        """The vendor's event class."""
+        event_class: type[Any] | None = getattr(self._module, "Event", None)
+        return event_class if event_class is not None else super().Event
+
+    # ------------------------------------------------------------------ memory
+    def empty_cache(self) -> None:
+        """Return cached, unused device memory to the system."""
+        function = self._optional("empty_cache")
+        if function is not None:
+            function()
+
+    def _memory_figure(self, name: str, device_index: int | None, fallback: str) -> int:
+        function = self._optional(name)
+        if function is None:
+            function = self._optional(fallback)
+        if function is None:
+            raise UnsupportedFeatureError(self._name, name)
+        return int(function(device_index))
+
+    def memory_allocated(self, device_index: int | None = None) -> int:
+        """Bytes occupied by live tensors on the device."""
+        return self._memory_figure("memory_allocated", device_index, "memory_allocated")
+
+    def max_memory_allocated(self, device_index: int | None = None) -> int:
+        """Peak of ``memory_allocated`` since start or the last reset."""
+        return self._memory_figure("max_memory_allocated", device_index, "memory_allocated")
+
+    def reset_max_memory_allocated(self, device_index: int | None = None) -> None:
+        """Restart the peak that ``max_memory_allocated`` reports."""
+        function = self._optional("reset_max_memory_allocated")
+        if function is not None:
+            function(device_index)
+        else:
+            self.reset_peak_memory_stats(device_index)
+
+    def memory_cached(self, device_index: int | None = None) -> int:
+        """Old name of ``memory_reserved``."""
+        return self.memory_reserved(device_index)
+
+    def max_memory_cached(self, device_index: int | None = None) -> int:
+        """Old name of ``max_memory_reserved``."""
+        return self.max_memory_reserved(device_index)
+
+    def reset_max_memory_cached(self, device_index: int | None = None) -> None:
+        """Restart the peak that ``max_memory_cached`` reports."""
+        function = self._optional("reset_max_memory_cached")
+        if function is not None:
+            function(device_index)
+        else:
+            self.reset_peak_memory_stats(device_index)
+
+    def memory_stats(self, device_index: int | None = None) -> dict[str, Any]:
+        """The vendor allocator's statistics."""
+        function = self._optional("memory_stats")
+        if function is None:
+            return super().memory_stats(device_index)
+        return dict(function(device_index))
+
+    def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
+        """Restart every peak figure."""
+        function = self._optional("reset_peak_memory_stats")
+        if function is not None:
+            function(device_index)
+
+    def memory_reserved(self, device_index: int | None = None) -> int:
+        """Bytes held by the caching allocator, in use or cached."""
+        return self._memory_figure("memory_reserved", device_index, "memory_cached")
+
+    def max_memory_reserved(self, device_index: int | None = None) -> int:
+        """Peak of ``memory_reserved`` since start or the last reset."""
+        return self._memory_figure("max_memory_reserved", device_index, "max_memory_cached")
+
+    def total_memory(self, device_index: int | None = None) -> int:
+        """The device's memory capacity in bytes."""
+        properties = self._module.get_device_properties(self._index(device_index))
+        return int(properties.total_memory)
+
+    def available_memory(self, device_index: int | None = None) -> int:
+        """Free device memory as the driver reports it (all processes counted)."""
+        function = self._optional("mem_get_info")
+        if function is None:
+            return super().available_memory(device_index)
+        free, _total = function(self._index(device_index))
+        return int(free)
+
+    # ------------------------------------------------------------------ data types
+    def is_bf16_supported(self) -> bool:
+        """Whether the device computes in bfloat16."""
+        function = self._optional("is_bf16_supported")
+        return bool(function()) if function is not None else False
+
+    def is_fp16_supported(self) -> bool:
+        """Whether the device computes in float16."""
+        return True
+
+    # ------------------------------------------------------------------ pinning
+    def _can_pin(self) -> bool:
+        return self.is_available()
+
+    def pin_memory(
+        self,
+        tensor: torch.Tensor,
+        align_bytes: int = 1,
+        make_copy: bool = True,
+        match_shape: bool = True,
+    ) -> torch.Tensor:
+        """A page-locked copy of a host tensor (the tensor itself if already pinned)."""
+        if tensor.device.type != "cpu" or tensor.is_pinned():
+            return tensor
+        return tensor.pin_memory()
+
+    # ------------------------------------------------------------------ profiling & misc
+    def range_push(self, msg: str, domain: str | None = None, category: str | None = None) -> Any:
+        """Open a named range in the vendor profiler (its ``nvtx``-style module)."""
+        profiler = getattr(self._module, "nvtx", None)
+        push = getattr(profiler, "range_push", None)
+        return push(msg) if push is not None else None
+
+    def range_pop(self, domain: str | None = None) -> Any:
+        """Close the innermost range."""
+        profiler = getattr(self._module, "nvtx", None)
+        pop = getattr(profiler, "range_pop", None)
+        return pop() if pop is not None else None
+
+    def lazy_call(self, callback: Callable[[], Any]) -> Any:
+        """Queue ``callback`` until the runtime initialises (run now if it has)."""
+        function = self._optional("_lazy_call")
+        return function(callback) if function is not None else callback()
+
+    def amp(self) -> ModuleType | None:
+        """The vendor's legacy ``amp`` module, if it has one."""
+        module: ModuleType | None = getattr(self._module, "amp", None)
+        return module
+
+    # ------------------------------------------------------------------ graphs
+    def is_current_stream_capturing(self) -> bool:
+        """Whether work queued now is being captured into a graph."""
+        function = self._optional("is_current_stream_capturing")
+        return bool(function()) if function is not None else False
+
+    def create_graph(self) -> Any:
+        """A new graph of the vendor's graph class (a no-op graph if it has none)."""
+        graph_class = getattr(self._module, self.graph_class_name or "", None)
+        return graph_class() if graph_class is not None else super().create_graph()
+
+    def capture_to_graph(
+        self, graph: Any, pool: Any = None, stream: Any = None
+    ) -> AbstractContextManager[Any]:
+        """A context that captures the work inside it into ``graph``."""
+        capture = self._optional("graph") if self.graph_class_name else None
+        if capture is None:
+            return super().capture_to_graph(graph, pool, stream)
+        context: AbstractContextManager[Any] = capture(graph, pool=pool, stream=stream)
+        return context
+
+    # ------------------------------------------------------------------ misc
+    def is_triton_supported(self) -> bool:
+        """Whether Triton is installed and targets this backend."""
+        return False

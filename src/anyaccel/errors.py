@@ -1,0 +1,72 @@
+"""The exceptions anyaccel raises where a caller may want to catch them.
+
+Each message names the bad value and what to do about it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AcceleratorError",
+    "AcceleratorUnavailableError",
+    "CpuFallbackWarning",
+    "InvalidAcceleratorError",
+    "UnknownAcceleratorError",
+    "UnsupportedFeatureError",
+]
+
+
+class AcceleratorError(RuntimeError):
+    """Base class of every error anyaccel raises about accelerators."""
+
+
+class UnknownAcceleratorError(AcceleratorError, ValueError):
+    """A backend name (e.g. from ``DS_ACCELERATOR``) that no registered backend answers to."""
+
+    def __init__(self, name: str, valid: list[str], source: str = "DS_ACCELERATOR") -> None:
+        self.name = name
+        self.valid = list(valid)
+        self.source = source
+        super().__init__(
+            f"{source}={name!r} is not a known accelerator. "
+            f"Valid names: {', '.join(self.valid)}. "
+            f"Set {source} to one of them, or unset it to detect the accelerator automatically."
+        )
+
+
+class AcceleratorUnavailableError(AcceleratorError):
+    """A known backend was asked for but cannot run here.
+
+    ``kind`` says why: ``"not_installed"`` (its runtime package is missing), ``"broken"``
+    (the package is there but fails to import or initialise) or ``"no_device"`` (it imports
+    but sees no device).
+    """
+
+    def __init__(self, name: str, kind: str, reason: str, remedy: str) -> None:
+        self.name = name
+        self.kind = kind
+        self.reason = reason
+        self.remedy = remedy
+        what = {
+            "not_installed": "its runtime is not installed",
+            "broken": "its runtime is installed but broken",
+            "no_device": "no device is visible",
+        }.get(kind, kind)
+        super().__init__(f"accelerator {name!r} was requested but {what}: {reason}. {remedy}")
+
+
+class InvalidAcceleratorError(AcceleratorError, TypeError):
+    """An object passed as an accelerator that does not satisfy the contract."""
+
+
+class UnsupportedFeatureError(AcceleratorError, NotImplementedError):
+    """A contract feature this backend's hardware or runtime does not provide."""
+
+    def __init__(self, backend: str, feature: str, hint: str = "") -> None:
+        self.backend = backend
+        self.feature = feature
+        message = f"{feature} is not supported on the {backend!r} accelerator"
+        super().__init__(f"{message}. {hint}" if hint else message)
+
+
+class CpuFallbackWarning(UserWarning):
+    """Detection found no accelerator and fell back to the CPU."""
