@@ -1,0 +1,12 @@
+"""The CPU Adagrad op (DeepSpeed's ``CPUAdagradBuilder``)."""
+
+from __future__ import annotations
+
+from anyaccel.ops.cpu.builder import CPUOpBuilder
+
+
+class CPUAdagradBuilder(CPUOpBuilder):
+    """Fused Adagrad step over fp32 tensors, optionally writing a bf16/fp16 parameter copy."""
+
+    NAME = "cpu_adagrad"
+    SOURCES = ("cpu_adagrad.cpp",)

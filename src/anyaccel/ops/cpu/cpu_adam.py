@@ -1,0 +1,12 @@
+"""The CPU Adam/AdamW op (DeepSpeed's ``CPUAdamBuilder``)."""
+
+from __future__ import annotations
+
+from anyaccel.ops.cpu.builder import CPUOpBuilder
+
+
+class CPUAdamBuilder(CPUOpBuilder):
+    """Fused Adam/AdamW step over fp32 tensors, optionally writing a bf16/fp16 parameter copy."""
+
+    NAME = "cpu_adam"
+    SOURCES = ("cpu_adam.cpp",)

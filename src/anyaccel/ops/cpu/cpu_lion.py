@@ -1,0 +1,12 @@
+"""The CPU Lion op (DeepSpeed's ``CPULionBuilder``)."""
+
+from __future__ import annotations
+
+from anyaccel.ops.cpu.builder import CPUOpBuilder
+
+
+class CPULionBuilder(CPUOpBuilder):
+    """Fused Lion step over fp32 tensors, optionally writing a bf16/fp16 parameter copy."""
+
+    NAME = "cpu_lion"
+    SOURCES = ("cpu_lion.cpp",)

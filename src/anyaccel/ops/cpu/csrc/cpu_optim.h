@@ -1,0 +1,119 @@
+// Shared pieces of anyaccel's CPU optimizer kernels: chunked OpenMP loops and the
+// fp32 -> bf16/fp16 conversions that write a low-precision parameter copy in the same pass.
+//
+// Kernels take raw pointers (validated on the Python side) so the extension needs only
+// pybind11, not the torch headers: that keeps a cold build to a few seconds.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX512F__) || defined(__AVX2__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+namespace anyaccel {
+
+// Elements per chunk: the loop body for one chunk stays in L1, so the conversion of the
+// freshly updated parameters reads them from cache, not memory.
+constexpr int64_t kChunk = 2048;
+// Below this many elements a step runs on one thread: a parallel region costs more.
+constexpr int64_t kParallelThreshold = 32768;
+
+enum class Copy : int { kNone = 0, kBF16 = 1, kFP16 = 2 };
+
+inline const char* simd_level() {
+#if defined(__AVX512F__)
+  return "avx512";
+#elif defined(__AVX2__)
+  return "avx2";
+#elif defined(__ARM_NEON)
+  return "neon";
+#else
+  return "generic";
+#endif
+}
+
+// Round-to-nearest-even fp32 -> bf16, NaN -> canonical quiet NaN (as torch converts).
+inline uint16_t float_to_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  return (bits & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t(0x7FC0u) : uint16_t(rounded);
+}
+
+// Round-to-nearest-even fp32 -> IEEE half, with subnormals, overflow to inf and NaN.
+inline uint16_t float_to_fp16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  uint32_t magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude >= 0x7F800000u) {  // inf or NaN
+    return uint16_t(sign | (magnitude > 0x7F800000u ? 0x7E00u : 0x7C00u));
+  }
+  if (magnitude >= 0x477FF000u) {  // rounds to a value beyond the largest half
+    return uint16_t(sign | 0x7C00u);
+  }
+  if (magnitude < 0x38800000u) {  // half subnormal or zero: let the FPU round
+    float shifted;
+    std::memcpy(&shifted, &magnitude, sizeof shifted);
+    shifted += 0.5f;
+    uint32_t shifted_bits;
+    std::memcpy(&shifted_bits, &shifted, sizeof shifted_bits);
+    return uint16_t(sign | (shifted_bits - 0x3F000000u));
+  }
+  const uint32_t odd = (magnitude >> 13) & 1u;
+  magnitude += 0xC8000FFFu + odd;  // rebias exponent 127 -> 15 and round half to even
+  return uint16_t(sign | (magnitude >> 13));
+}
+
+inline void convert_bf16(const float* src, uint16_t* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) dst[j] = float_to_bf16(src[j]);
+}
+
+inline void convert_fp16(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {
+    const __m256i packed = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), packed);
+  }
+#elif defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i packed = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), packed);
+  }
+#endif
+  for (int64_t j = i; j < n; ++j) dst[j] = float_to_fp16(src[j]);
+}
+
+inline void write_copy(Copy kind, const float* src, void* dst, int64_t offset, int64_t n) {
+  if (kind == Copy::kBF16) {
+    convert_bf16(src, static_cast<uint16_t*>(dst) + offset, n);
+  } else if (kind == Copy::kFP16) {
+    convert_fp16(src, static_cast<uint16_t*>(dst) + offset, n);
+  }
+}
+
+// Calls body(begin, end) over [0, n) in L1-sized chunks, spread over `threads` OpenMP threads
+// in contiguous blocks (static schedule), so each thread streams its own part of memory.
+template <typename Body>
+inline void for_each_chunk(int64_t n, int threads, Body body) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  const int team = n >= kParallelThreshold ? std::max(threads, 1) : 1;
+#pragma omp parallel for schedule(static) num_threads(team) if (team > 1)
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t begin = chunk * kChunk;
+    body(begin, std::min(n, begin + kChunk));
+  }
+}
+
+template <typename T>
+inline T* as_ptr(uintptr_t address) {
+  return reinterpret_cast<T*>(address);
+}
+
+}  // namespace anyaccel

@@ -1,0 +1,163 @@
+"""``HostOptimizer``: the shared machinery of anyaccel's CPU optimizers (a drop-in ``Optimizer``).
+
+Each step runs a compiled kernel once per parameter over fp32 master weights and their state,
+and can write a bf16/fp16 copy of the parameters in the same pass (the offload case).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any, ClassVar
+
+import torch
+from torch.optim.optimizer import ParamsT
+
+from anyaccel.ops.builder import OpBuilder
+
+#: Low-precision copy dtypes a kernel can write, with the kernel's code for each.
+COPY_KINDS: dict[torch.dtype, int] = {torch.bfloat16: 1, torch.float16: 2}
+
+#: What ``step(fp16_param_groups=...)`` accepts: one list of copies per group, or a flat list.
+CopyGroups = Sequence[Sequence[torch.Tensor | None]] | Sequence[torch.Tensor | None]
+
+
+class HostOptimizer(torch.optim.Optimizer):
+    """A ``torch.optim.Optimizer`` whose update runs in a compiled CPU kernel."""
+
+    #: The builder of the kernel this optimizer calls.
+    builder_class: ClassVar[type[OpBuilder]]
+
+    def __init__(self, params: ParamsT, defaults: dict[str, Any]) -> None:
+        super().__init__(params, defaults)
+        self.kernel: ModuleType = self.builder_class().load()
+
+    def _update(
+        self,
+        param: torch.Tensor,
+        grad: torch.Tensor,
+        state: dict[str, Any],
+        group: dict[str, Any],
+        copy: torch.Tensor | None,
+        threads: int,
+    ) -> None:
+        """Apply one step to ``param`` (and ``copy``) in place (implemented per optimizer)."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def step(  # type: ignore[override]
+        self,
+        closure: Callable[[], float] | None = None,
+        fp16_param_groups: CopyGroups | None = None,
+    ) -> float | None:
+        """One optimizer step; ``fp16_param_groups`` are bf16/fp16 copies to refresh in the same pass."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        copies = self._copies_by_group(fp16_param_groups)
+        threads = torch.get_num_threads()
+        for group_index, group in enumerate(self.param_groups):
+            for key, default in self.defaults.items():
+                group.setdefault(key, default)
+            for param_index, param in enumerate(group["params"]):
+                if param.grad is None:
+                    continue
+                copy = copies[group_index][param_index] if copies is not None else None
+                grad = _dense_fp32_grad(param)
+                _check_param(param, copy)
+                self._update(param, grad, self.state[param], group, copy, threads)
+        return loss
+
+    def _copies_by_group(
+        self, fp16_param_groups: CopyGroups | None
+    ) -> list[list[torch.Tensor | None]] | None:
+        """Normalise the copies argument to one list per param group, checking its shape."""
+        if fp16_param_groups is None:
+            return None
+        items = list(fp16_param_groups)
+        if len(self.param_groups) == 1 and all(
+            item is None or isinstance(item, torch.Tensor) for item in items
+        ):
+            grouped = [list(items)]
+        else:
+            grouped = [list(group) for group in items]  # type: ignore[arg-type]
+        expected = [len(group["params"]) for group in self.param_groups]
+        actual = [len(group) for group in grouped]
+        if actual != expected:
+            raise ValueError(
+                f"fp16_param_groups has {actual} copies per group but the optimizer has "
+                f"{expected} params per group; pass one copy (or None) per parameter"
+            )
+        return grouped  # type: ignore[return-value]
+
+    @staticmethod
+    def _state_tensor(param: torch.Tensor, state: dict[str, Any], key: str) -> torch.Tensor:
+        """``state[key]`` as a contiguous fp32 tensor shaped like ``param`` (zeros if absent)."""
+        value = state.get(key)
+        if not isinstance(value, torch.Tensor):
+            value = torch.zeros_like(param, memory_format=torch.contiguous_format)
+            state[key] = value
+        elif not value.is_contiguous() or value.dtype != torch.float32:
+            value = value.to(torch.float32).contiguous()
+            state[key] = value
+        return value
+
+    @staticmethod
+    def _next_step(state: dict[str, Any]) -> int:
+        """Advance and return the step count (kept as a float tensor, as torch's optimizers do)."""
+        step = state.get("step")
+        if not isinstance(step, torch.Tensor):
+            step = torch.tensor(float(step or 0.0), dtype=torch.float32)
+            state["step"] = step
+        step += 1
+        return int(step.item())
+
+
+def copy_address(copy: torch.Tensor | None) -> tuple[int, int]:
+    """The kernel's (address, kind) arguments for an optional low-precision copy."""
+    if copy is None:
+        return 0, 0
+    return copy.data_ptr(), COPY_KINDS[copy.dtype]
+
+
+def _dense_fp32_grad(param: torch.Tensor) -> torch.Tensor:
+    """``param.grad`` as a dense contiguous fp32 tensor (converted only when it is not one)."""
+    grad = param.grad
+    assert grad is not None
+    if grad.is_sparse:
+        raise RuntimeError(
+            "anyaccel CPU optimizers do not support sparse gradients; "
+            "use torch.optim.SparseAdam for sparse embeddings"
+        )
+    if grad.dtype != torch.float32:
+        grad = grad.to(torch.float32)
+    return grad.contiguous()
+
+
+def _check_param(param: torch.Tensor, copy: torch.Tensor | None) -> None:
+    """Reject parameters and copies the kernels cannot update in place, saying what to do."""
+    if param.device.type != "cpu" or param.dtype != torch.float32:
+        raise TypeError(
+            f"anyaccel CPU optimizers update fp32 CPU parameters, got {param.dtype} on "
+            f"{param.device}; keep fp32 master weights on the CPU and pass low-precision "
+            "copies through step(fp16_param_groups=...)"
+        )
+    if not param.is_contiguous():
+        raise ValueError(
+            f"parameter of shape {tuple(param.shape)} is not contiguous; "
+            "make it contiguous (param.data = param.data.contiguous()) before optimizing"
+        )
+    if copy is None:
+        return
+    if copy.dtype not in COPY_KINDS or copy.device.type != "cpu":
+        raise TypeError(
+            f"parameter copies must be bfloat16 or float16 CPU tensors, got {copy.dtype} on "
+            f"{copy.device}"
+        )
+    if copy.shape != param.shape or not copy.is_contiguous():
+        raise ValueError(
+            f"copy of shape {tuple(copy.shape)} does not match parameter of shape "
+            f"{tuple(param.shape)} (or is not contiguous); allocate it with "
+            "torch.empty_like(param, dtype=torch.bfloat16)"
+        )
