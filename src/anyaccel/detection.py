@@ -156,8 +156,12 @@ class DetectionReport:
             lines.append("")
             lines.append(f"  {'candidate':<{width}}  {'ms':>7}  found")
             for p in self.probes:
-                ms = f"{p.seconds * 1000:7.2f}" if p.decision != "not probed" else "      -"
-                lines.append(f"  {p.candidate:<{width}}  {ms}  {p.kind}: {p.reason}")
+                if p.decision == "not probed":
+                    lines.append(f"  {p.candidate:<{width}}        -  not probed ({p.reason})")
+                    continue
+                lines.append(
+                    f"  {p.candidate:<{width}}  {p.seconds * 1000:7.2f}  {p.kind}: {p.reason}"
+                )
                 lines.append(f"  {'':<{width}}           -> {p.decision}")
         return "\n".join(lines)
 
@@ -288,8 +292,8 @@ def _not_probed(candidate: BackendCandidate) -> ProbeRecord:
         candidate.path,
         candidate.name,
         candidate.priority,
-        "unknown",
-        "not probed",
+        "not_probed",
+        "an earlier candidate was selected",
         "not probed",
         0.0,
     )

@@ -1,0 +1,1 @@
+"""Support for testing accelerators: simulated vendor runtimes and the conformance kit."""
