@@ -204,11 +204,12 @@ class SimulatedDeviceModule(types.ModuleType):
         if device is None:
             return self._current
         if isinstance(device, torch.device):
-            return self._current if device.index is None else device.index
-        if isinstance(device, str):
-            _, _, index = device.partition(":")
-            return int(index) if index else self._current
-        index = int(device)
+            index = self._current if device.index is None else device.index
+        elif isinstance(device, str):
+            _, _, suffix = device.partition(":")
+            index = int(suffix) if suffix else self._current
+        else:
+            index = int(device)
         if not 0 <= index < self._count:
             raise RuntimeError(f"invalid device ordinal {index} (have {self._count} devices)")
         return index
