@@ -1,1 +1,30 @@
-"""Op builders: native kernels compiled just in time for the current accelerator."""
+"""Op builders: native kernels compiled just in time for the current accelerator.
+
+``get_accelerator().create_op_builder("CPUAdamBuilder").load()`` returns the compiled module;
+``capabilities()`` reports which ops can be built here. The optimizers live in
+``anyaccel.ops.adam`` (``CPUAdam``, ``CPUAdamW``, ``DeepSpeedCPUAdam``), ``anyaccel.ops.adagrad``
+and ``anyaccel.ops.lion``.
+"""
+
+from __future__ import annotations
+
+from anyaccel.ops.builder import BuildPlan, Compatibility, OpBuilder, extensions_root
+from anyaccel.ops.capabilities import OpCapability, capabilities, format_capabilities
+from anyaccel.ops.errors import BuildToolMissingError, OpBuildError, OpError, OpNotAvailableError
+from anyaccel.ops.registry import builder_package, find_builder_class
+
+__all__ = [
+    "BuildPlan",
+    "BuildToolMissingError",
+    "Compatibility",
+    "OpBuildError",
+    "OpBuilder",
+    "OpCapability",
+    "OpError",
+    "OpNotAvailableError",
+    "builder_package",
+    "capabilities",
+    "extensions_root",
+    "find_builder_class",
+    "format_capabilities",
+]

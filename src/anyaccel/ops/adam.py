@@ -16,14 +16,14 @@ from anyaccel.ops.host_optimizer import HostOptimizer, copy_address
 
 def _check_hyperparameters(lr: float, betas: tuple[float, float], eps: float, wd: float) -> None:
     """Reject hyperparameters torch's Adam would reject, naming the bad value."""
-    if not 0.0 <= float(lr):
+    if not float(lr) >= 0.0:
         raise ValueError(f"invalid learning rate: {lr}")
-    if not 0.0 <= eps:
+    if not eps >= 0.0:
         raise ValueError(f"invalid epsilon value: {eps}")
     for index, beta in enumerate(betas):
         if not 0.0 <= beta < 1.0:
             raise ValueError(f"invalid beta parameter at index {index}: {beta}")
-    if not 0.0 <= wd:
+    if not wd >= 0.0:
         raise ValueError(f"invalid weight_decay value: {wd}")
 
 

@@ -300,7 +300,7 @@ class OpBuilder:
         compile_args: dict[str, list[str]] = {"cxx": list(plan.cflags)}
         if plan.with_cuda:
             compile_args["nvcc"] = list(plan.cuda_cflags)
-        return extension_type(
+        return extension_type(  # type: ignore[no-untyped-call]
             name=self.absolute_name(),
             sources=list(plan.sources),
             include_dirs=list(plan.include_paths),

@@ -50,7 +50,7 @@ class HostOptimizer(torch.optim.Optimizer):
         closure: Callable[[], float] | None = None,
         fp16_param_groups: CopyGroups | None = None,
     ) -> float | None:
-        """One optimizer step; ``fp16_param_groups`` are bf16/fp16 copies to refresh in the same pass."""
+        """One step; ``fp16_param_groups`` are bf16/fp16 copies refreshed in the same pass."""
         loss = None
         if closure is not None:
             with torch.enable_grad():

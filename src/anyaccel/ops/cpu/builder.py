@@ -13,7 +13,7 @@ CSRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
 
 
 class CPUOpBuilder(OpBuilder):
-    """A host kernel: C++ with OpenMP, vector flags chosen for this CPU (or ``ANYACCEL_CPU_SIMD``)."""
+    """A host kernel: C++ with OpenMP and vector flags for this CPU (or ``ANYACCEL_CPU_SIMD``)."""
 
     #: Source file names under ``csrc/``.
     SOURCES: tuple[str, ...] = ()
