@@ -1,0 +1,7 @@
+"""Op builders for mps: the host (CPU) ops that offloaded training runs beside the device."""
+
+from __future__ import annotations
+
+from anyaccel.ops.cpu import CPUAdagradBuilder, CPUAdamBuilder, CPULionBuilder
+
+__all__ = ["CPUAdagradBuilder", "CPUAdamBuilder", "CPULionBuilder"]
