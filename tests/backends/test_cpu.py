@@ -1,0 +1,349 @@
+"""The CPU backend, for real: every contract method on this machine."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+import torch
+
+from anyaccel.backends import cpu as cpu_module
+from anyaccel.backends.cpu import CpuAccelerator, numa_node_count
+
+
+@pytest.fixture
+def acc(monkeypatch: pytest.MonkeyPatch) -> CpuAccelerator:
+    monkeypatch.delenv("LOCAL_SIZE", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    return CpuAccelerator()
+
+
+# ---------------------------------------------------------------- identity
+def test_name_and_compile_backend(acc: CpuAccelerator) -> None:
+    assert acc._name == "cpu"
+    assert acc.get_compile_backend() == "inductor"
+
+
+def test_execution_model_is_synchronous(acc: CpuAccelerator) -> None:
+    assert acc.is_synchronized_device() is True
+    assert acc.use_host_timers() is True
+    assert acc.resolves_data_dependency() is True
+    assert acc.handles_memory_backpressure() is True
+    assert acc.prefer_triton_grouped_mm() is False
+    assert acc.supports_nvtx_domain is False
+
+
+def test_communication_backend_is_gloo_without_oneccl(acc: CpuAccelerator) -> None:
+    assert acc.communication_backend_name() == "gloo"
+
+
+def test_communication_backend_is_ccl_when_bindings_import(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cpu_module, "_ccl_backend_available", lambda: True)
+    assert CpuAccelerator().communication_backend_name() == "ccl"
+
+
+# ---------------------------------------------------------------- device
+@pytest.mark.parametrize("index", [None, 0, 3])
+def test_device_names_are_always_cpu(acc: CpuAccelerator, index: int | None) -> None:
+    assert acc.device_name(index) == "cpu"
+    assert acc.device(index) == torch.device("cpu")
+
+
+def test_current_device_is_local_rank_as_int(
+    acc: CpuAccelerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert acc.current_device() == 0
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert acc.current_device() == 3
+    assert isinstance(acc.current_device(), int)
+    assert acc.current_device_name() == "cpu"
+
+
+def test_bad_local_rank_names_the_value(
+    acc: CpuAccelerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCAL_RANK", "first")
+    with pytest.raises(ValueError, match="LOCAL_RANK='first'"):
+        acc.current_device()
+
+
+def test_set_device_and_synchronize_are_accepted(acc: CpuAccelerator) -> None:
+    acc.set_device(1)
+    acc.synchronize()
+    acc.synchronize(0)
+    assert acc.device_name() == "cpu"
+
+
+def test_device_count_from_local_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCAL_SIZE", "4")
+    assert CpuAccelerator().device_count() == 4
+
+
+def test_device_count_falls_back_to_numa_nodes(acc: CpuAccelerator) -> None:
+    assert acc.device_count() == numa_node_count() >= 1
+
+
+def test_device_count_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCAL_SIZE", "2")
+    acc = CpuAccelerator()
+    monkeypatch.setenv("LOCAL_SIZE", "8")
+    assert acc.device_count() == 2
+
+
+@pytest.mark.parametrize("value", ["two", "0"])
+def test_bad_local_size_names_the_value(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("LOCAL_SIZE", value)
+    with pytest.raises(ValueError, match=f"LOCAL_SIZE='{value}'"):
+        CpuAccelerator()
+
+
+def test_numa_node_count_reads_sysfs_layout(tmp_path: Path) -> None:
+    for name in ("node0", "node1", "possible", "has_cpu"):
+        (tmp_path / name).mkdir()
+    assert numa_node_count(tmp_path) == 2
+    assert numa_node_count(tmp_path / "missing") == 1
+
+
+def test_is_available(acc: CpuAccelerator) -> None:
+    assert acc.is_available() is True
+
+
+# ---------------------------------------------------------------- RNG
+def test_rng_state_round_trip_reproduces_draws(acc: CpuAccelerator) -> None:
+    acc.manual_seed(1234)
+    state = acc.get_rng_state()
+    first = torch.rand(5)
+    acc.set_rng_state(state)
+    assert torch.equal(torch.rand(5), first)
+    assert state.dtype == torch.uint8
+
+
+def test_manual_seed_all_and_initial_seed(acc: CpuAccelerator) -> None:
+    acc.manual_seed_all(77)
+    assert acc.initial_seed() == 77
+    a = torch.rand(3)
+    acc.manual_seed(77)
+    assert torch.equal(torch.rand(3), a)
+
+
+def test_default_generator_and_random_module(acc: CpuAccelerator) -> None:
+    assert acc.default_generator(0) is torch.default_generator
+    assert acc.random() is torch.random
+
+
+# ---------------------------------------------------------------- streams & events
+def test_streams_work_as_contexts(acc: CpuAccelerator) -> None:
+    stream = acc.Stream()
+    with acc.stream(stream) as entered:
+        assert entered is stream
+        y = torch.ones(2) + 1
+    stream.synchronize()
+    assert stream.query() is True
+    assert acc.current_stream() == acc.default_stream()
+    assert torch.equal(y, torch.full((2,), 2.0))
+
+
+def test_events_time_host_work(acc: CpuAccelerator) -> None:
+    start, end = acc.Event(enable_timing=True), acc.Event(enable_timing=True)
+    start.record()
+    torch.ones(1000, 1000).sum()
+    end.record()
+    end.synchronize()
+    assert end.query() is True
+    assert start.elapsed_time(end) >= 0.0
+
+
+def test_event_elapsed_time_needs_records(acc: CpuAccelerator) -> None:
+    with pytest.raises(RuntimeError, match="record"):
+        acc.Event().elapsed_time(acc.Event())
+
+
+# ---------------------------------------------------------------- memory
+def test_memory_allocated_tracks_process_growth(acc: CpuAccelerator) -> None:
+    before = acc.memory_allocated()
+    block = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB, touched
+    after = acc.memory_allocated()
+    assert after - before >= 48 * 1024 * 1024
+    del block
+
+
+def test_peak_is_at_least_current_and_reset_lowers_it(acc: CpuAccelerator) -> None:
+    block = torch.ones(128 * 1024 * 1024 // 4)
+    del block
+    acc.empty_cache()
+    peak_before = acc.max_memory_allocated()
+    assert peak_before >= acc.memory_allocated()
+    acc.reset_peak_memory_stats()
+    assert acc.max_memory_allocated() >= acc.memory_allocated()
+    assert acc.max_memory_allocated() < peak_before
+
+
+def test_reset_aliases_reset_the_peak(acc: CpuAccelerator) -> None:
+    for reset in (acc.reset_max_memory_allocated, acc.reset_max_memory_cached):
+        block = torch.ones(64 * 1024 * 1024 // 4)
+        del block
+        acc.empty_cache()
+        high = acc.max_memory_allocated()
+        reset()
+        assert acc.max_memory_allocated() < high
+
+
+def test_reserved_and_cached_figures_are_consistent(acc: CpuAccelerator) -> None:
+    assert acc.memory_reserved() > 0
+    assert acc.max_memory_reserved() >= acc.memory_reserved()
+    assert acc.memory_cached() > 0
+    assert acc.max_memory_cached() >= acc.memory_cached()
+
+
+def test_memory_stats_has_cuda_style_keys(acc: CpuAccelerator) -> None:
+    stats = acc.memory_stats()
+    assert stats["allocated_bytes.all.peak"] >= stats["allocated_bytes.all.current"] > 0
+    assert stats["system.total"] == acc.total_memory()
+
+
+def test_total_and_available_memory(acc: CpuAccelerator) -> None:
+    import psutil
+
+    total = acc.total_memory()
+    assert 0 < acc.available_memory() <= total <= psutil.virtual_memory().total
+
+
+def test_cgroup_limit_bounds_total_memory(
+    acc: CpuAccelerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cpu_module, "_cgroup_memory_limit", lambda: 1024**3)
+    assert acc.total_memory() == 1024**3
+    assert acc.available_memory() <= 1024**3
+
+
+# ---------------------------------------------------------------- dtypes & tensor types
+def test_supported_dtypes(acc: CpuAccelerator) -> None:
+    dtypes = acc.supported_dtypes()
+    assert dtypes[:2] == [torch.float32, torch.bfloat16]
+    assert (torch.float16 in dtypes) == acc.is_fp16_supported()
+    assert acc.is_bf16_supported() is True
+    assert acc.is_fp64_supported() is True
+
+
+def test_fp16_follows_onednn(acc: CpuAccelerator) -> None:
+    assert acc.is_fp16_supported() == bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+
+
+@pytest.mark.parametrize(
+    ("prop", "dtype"),
+    [
+        ("BFloat16Tensor", torch.bfloat16),
+        ("ByteTensor", torch.uint8),
+        ("DoubleTensor", torch.float64),
+        ("FloatTensor", torch.float32),
+        ("HalfTensor", torch.float16),
+        ("IntTensor", torch.int32),
+        ("LongTensor", torch.int64),
+    ],
+)
+def test_tensor_types_make_cpu_tensors(acc: CpuAccelerator, prop: str, dtype: torch.dtype) -> None:
+    factory = getattr(acc, prop)
+    tensor = factory([1, 2, 3])
+    assert tensor.dtype == dtype
+    assert tensor.device.type == "cpu"
+    assert tensor.tolist() == [1, 2, 3]
+
+
+# ---------------------------------------------------------------- pinning & placement
+def test_pin_memory_accepts_both_keyword_styles(acc: CpuAccelerator) -> None:
+    t = torch.ones(4)
+    assert acc.pin_memory(t) is t
+    assert acc.pin_memory(t, align_bytes=64) is t
+    assert acc.pin_memory(t, make_copy=False, match_shape=False) is t
+    assert acc.is_pinned(t) is False
+    assert acc.unpin_memory(t) is t
+
+
+def test_pin_empty_shapes_and_dtype(acc: CpuAccelerator) -> None:
+    a = acc.pin_empty(2, 3, dtype=torch.float16)
+    b = acc.pin_empty((2, 3), dtype=torch.float16)
+    like = acc.pin_empty_like(a, dtype=torch.float32)
+    assert a.shape == b.shape == like.shape == (2, 3)
+    assert a.dtype == torch.float16 and like.dtype == torch.float32
+    assert acc.pin_empty_like(a).dtype == torch.float16
+
+
+def test_pin_empty_rejects_a_device(acc: CpuAccelerator) -> None:
+    with pytest.raises(ValueError, match="device='meta'"):
+        acc.pin_empty(2, dtype=torch.float32, device="meta")
+
+
+def test_host_registration_is_a_noop(acc: CpuAccelerator) -> None:
+    buffer = torch.empty(1024, dtype=torch.uint8)
+    assert acc.pin_memory_alignment() == 1
+    assert acc.register_host_memory(buffer.data_ptr(), 1024) is False
+    assert acc.unregister_host_memory(buffer.data_ptr()) is False
+
+
+def test_on_accelerator(acc: CpuAccelerator) -> None:
+    assert acc.on_accelerator(torch.ones(1)) is True
+    assert acc.on_accelerator(torch.ones(1, device="meta")) is False
+
+
+# ---------------------------------------------------------------- profiling, misc, graphs
+def test_ranges_and_lazy_call(acc: CpuAccelerator) -> None:
+    assert acc.range_push("step") is None
+    assert acc.range_pop() is None
+    assert acc.range_push("step", domain="train", category="fwd") is None
+    calls: list[int] = []
+    acc.lazy_call(lambda: calls.append(1))
+    assert calls == [1]
+    assert acc.amp() is None
+    assert acc.is_triton_supported() is False
+
+
+def test_graphs_are_noops_that_still_work(acc: CpuAccelerator) -> None:
+    graph = acc.create_graph()
+    x = torch.zeros(2)
+    with acc.capture_to_graph(graph, pool=None, stream=acc.Stream()) as captured:
+        assert captured is graph
+        assert acc.is_current_stream_capturing() is False
+        x += 1
+    acc.replay_graph(graph)
+    assert torch.equal(x, torch.ones(2))  # ran once, eagerly
+    assert graph.replays == 1
+
+
+# ---------------------------------------------------------------- launch environment
+def test_launch_environment(acc: CpuAccelerator) -> None:
+    assert acc.export_envs() == []
+    assert acc.visible_devices_envs() == ["CUDA_VISIBLE_DEVICES"]
+    env: dict[str, str] = {}
+    acc.set_visible_devices_envs(env, [0, 2])
+    assert env == {"CUDA_VISIBLE_DEVICES": "0,2"}
+
+
+# ---------------------------------------------------------------- compile
+def test_set_compile_backend_accepts_known(acc: CpuAccelerator) -> None:
+    acc.set_compile_backend("eager")
+    assert acc.get_compile_backend() == "eager"
+    assert CpuAccelerator().get_compile_backend() == "inductor"  # per instance
+
+
+def test_set_compile_backend_rejects_unknown_listing_valid(acc: CpuAccelerator) -> None:
+    with pytest.raises(ValueError, match=r"'nonsense'.*inductor"):
+        acc.set_compile_backend("nonsense")
+
+
+# ---------------------------------------------------------------- op building
+def test_op_builder_lookups(acc: CpuAccelerator) -> None:
+    assert acc.op_builder_dir() == "anyaccel.ops.cpu"
+    assert acc.get_op_builder("NoSuchBuilder") is None
+    assert acc.create_op_builder("NoSuchBuilder") is None
+    from torch.utils.cpp_extension import BuildExtension
+
+    assert acc.build_extension() is BuildExtension
+
+
+def test_tensor_factory_is_a_partial_of_torch_tensor(acc: CpuAccelerator) -> None:
+    factory = acc.FloatTensor
+    assert isinstance(factory, functools.partial)
+    assert factory.func is torch.tensor
