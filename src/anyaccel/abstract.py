@@ -323,8 +323,12 @@ class Accelerator(abc.ABC):
                 f"pin_empty makes host buffers; device={device!r} is not the CPU. "
                 "Allocate device tensors with torch.empty(..., device=...) instead."
             )
-        pin = self._can_pin()
-        return torch.empty(*size, dtype=dtype, device="cpu", pin_memory=pin)  # type: ignore[arg-type]
+        if self._can_pin():
+            try:
+                return torch.empty(*size, dtype=dtype, pin_memory=True)  # type: ignore[arg-type]
+            except RuntimeError:  # torch has no pinning hooks for this device here
+                pass
+        return torch.empty(*size, dtype=dtype)  # type: ignore[arg-type]
 
     def pin_empty_like(
         self, tensor: torch.Tensor, device: str = "cpu", dtype: torch.dtype | None = None

@@ -408,6 +408,9 @@ OPTIONAL_MEMBERS: tuple[str, ...] = (
     "amp", "is_current_stream_capturing",
 )  # fmt: skip
 
+#: Private helpers the optional members' defaults call.
+_DEFAULT_HELPERS: tuple[str, ...] = ("_can_pin", "_tensor_factory")
+
 
 def _missing_members(candidate: object) -> list[str]:
     cls = type(candidate)
@@ -448,7 +451,7 @@ def _validated(candidate: object) -> Accelerator:
             "string name such as 'cuda' (set it as a class attribute or in __init__)"
         )
     if not isinstance(candidate, Accelerator):
-        for member in OPTIONAL_MEMBERS:
+        for member in OPTIONAL_MEMBERS + _DEFAULT_HELPERS:
             if not hasattr(candidate, member):
                 default = getattr(Accelerator, member)
                 setattr(candidate, member, default.__get__(candidate, type(candidate)))
