@@ -148,11 +148,11 @@ class Accelerator(abc.ABC):
 
     def current_stream(self, device_index: int | None = None) -> Any:
         """The stream work is queued on now."""
-        return HostStream(self.device(device_index))
+        return HostStream(self.device_name(device_index))
 
     def default_stream(self, device_index: int | None = None) -> Any:
         """The device's default stream."""
-        return HostStream(self.device(device_index))
+        return HostStream(self.device_name(device_index))
 
     @property
     def Event(self) -> type[Any]:
