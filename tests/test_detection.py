@@ -72,7 +72,7 @@ def test_cpu_only_machine_falls_back_to_cpu_with_a_warning() -> None:
     assert acc._name == "cpu"
     assert "cuda" in str(record[0].message)
     report = anyaccel.detection_report()
-    assert [p.name for p in report.probes] == ["cuda", "cpu"]
+    assert [p.name for p in report.probes] == ["cuda", "generic", "cpu"]
     assert report.probes[0].kind == "not_installed"
     assert report.probes[-1].decision == "selected"
 

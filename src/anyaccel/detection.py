@@ -183,6 +183,7 @@ def _builtin(
 #: here with their priorities, and plugins through ``register_backend``.
 _BUILTIN_CANDIDATES: tuple[BackendCandidate, ...] = (
     _builtin("cuda", "cuda (torch CUDA/ROCm build)", 900, "cuda", "CudaAccelerator"),
+    _builtin("generic", "generic (torch.accelerator)", 950, "generic", "GenericAccelerator"),
     _builtin("cpu", "cpu (fallback)", 10_000, "cpu", "CpuAccelerator"),
 )
 
@@ -195,7 +196,7 @@ SUPPORTED_ACCELERATOR_LIST: list[str] = []
 
 def _refresh_supported_names() -> None:
     names: list[str] = []
-    for candidate in registered_backends():
+    for candidate in sorted(_candidates, key=lambda c: c.priority):
         if candidate.name not in names:
             names.append(candidate.name)
     SUPPORTED_ACCELERATOR_LIST[:] = names
@@ -203,6 +204,7 @@ def _refresh_supported_names() -> None:
 
 def registered_backends() -> tuple[BackendCandidate, ...]:
     """Every registered candidate, in the order the cascade probes them."""
+    _load_plugins_once()
     return tuple(sorted(_candidates, key=lambda c: c.priority))
 
 
@@ -226,6 +228,41 @@ def unregister_backend(name: str, path: str | None = None) -> None:
 
 
 _refresh_supported_names()
+
+# Plugins (anyaccel.plugins) join the registry the first time it is read, not at import.
+_plugins_lock = threading.RLock()
+_plugins_state = "unloaded"  # -> "loading" -> "loaded"
+_plugin_candidates: list[BackendCandidate] = []
+
+
+def _load_plugins_once() -> None:
+    global _plugins_state
+    if _plugins_state == "loaded":
+        return
+    with _plugins_lock:  # re-entry from the loading thread sees "loading" and returns
+        if _plugins_state != "unloaded":
+            return
+        _plugins_state = "loading"
+        try:
+            from anyaccel.plugins import late_candidates
+
+            with _registry_lock:
+                existing = list(_candidates)
+            _plugin_candidates[:] = late_candidates(existing)
+            for candidate in _plugin_candidates:
+                register_backend(candidate)
+        finally:
+            _plugins_state = "loaded"
+
+
+def _forget_plugins() -> None:
+    """Drop plugin candidates so the next registry read discovers plugins again."""
+    global _plugins_state
+    with _plugins_lock:
+        for candidate in _plugin_candidates:
+            unregister_backend(candidate.name, candidate.path)
+        _plugin_candidates.clear()
+        _plugins_state = "unloaded"
 
 
 def package_installed(name: str) -> bool:
@@ -526,6 +563,7 @@ def reset_accelerator() -> None:
     with _lock:
         _accelerator = None
         _report = None
+    _forget_plugins()
 
 
 def detection_report() -> DetectionReport:

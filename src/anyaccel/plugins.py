@@ -1,0 +1,349 @@
+"""Accelerators from other packages, found through the ``anyaccel.accelerators`` entry point.
+
+A vendor package declares ``name = "package.module:Class"`` in that group; the class may set
+``detection_priority`` (an int, ``"before:cuda"`` or ``"after:npu"``; default ``"before:cuda"``)
+and a ``probe()`` static method returning a :class:`~anyaccel.detection.ProbeOutcome`.
+Plugins load lazily, the first time the registry is read, never at ``import anyaccel``.
+
+Rules: ``ANYACCEL_PLUGINS`` (comma-separated entry-point or distribution names; empty or
+``none`` for no plugins) restricts which plugins load. A plugin that fails to import, or
+whose probe raises, is passed over with a :class:`PluginWarning` and a ``broken`` row in
+the detection trace. Built-in names are reserved: a plugin claiming one is rejected. Two
+distributions claiming one name are both rejected until ``ANYACCEL_PLUGINS`` picks one.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+import logging
+import os
+import re
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from anyaccel.abstract import Accelerator
+from anyaccel.detection import BackendCandidate, ProbeOutcome
+from anyaccel.errors import AcceleratorError
+
+__all__ = [
+    "ALLOW_ENV",
+    "DEFAULT_PRIORITY",
+    "ENTRY_POINT_GROUP",
+    "PluginError",
+    "PluginStatus",
+    "PluginWarning",
+    "UnknownPriorityTargetError",
+    "default_probe",
+    "late_candidates",
+    "load_plugins",
+    "plugin_candidates",
+    "plugin_statuses",
+    "resolve_priority",
+]
+
+logger = logging.getLogger("anyaccel.plugins")
+
+#: The entry-point group vendor packages register their accelerator classes in.
+ENTRY_POINT_GROUP = "anyaccel.accelerators"
+#: The environment variable restricting which plugins load.
+ALLOW_ENV = "ANYACCEL_PLUGINS"
+#: Where a plugin that declares no ``detection_priority`` joins the cascade.
+DEFAULT_PRIORITY = "before:cuda"
+
+_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_.\-]*")
+
+
+class PluginError(AcceleratorError):
+    """A plugin that cannot join detection: bad name, bad priority, or a failed import."""
+
+
+class UnknownPriorityTargetError(PluginError):
+    """A ``before:NAME``/``after:NAME`` priority naming a backend this anyaccel lacks."""
+
+
+class PluginWarning(UserWarning):
+    """A plugin was skipped or its probe failed; detection goes on without it."""
+
+
+@dataclass(frozen=True)
+class PluginStatus:
+    """What became of one discovered entry point."""
+
+    name: str
+    value: str
+    distribution: str
+    state: str
+    """``"loaded"``, ``"broken"``, ``"rejected"`` or ``"not allowed"``."""
+    detail: str = ""
+
+
+_statuses: list[PluginStatus] = []
+
+
+def plugin_statuses() -> tuple[PluginStatus, ...]:
+    """What the last :func:`load_plugins` did with each entry point it found."""
+    return tuple(_statuses)
+
+
+# ---------------------------------------------------------------------- priority
+def resolve_priority(spec: object, candidates: Sequence[BackendCandidate]) -> int:
+    """The cascade priority for ``spec``: an int, ``"before:NAME"``, ``"after:NAME"`` or digits.
+
+    ``before:cuda`` is one less than the earliest ``cuda`` candidate, ``after:npu`` one more
+    than the latest ``npu`` candidate; names are those registered before plugins load.
+    """
+    if isinstance(spec, bool):
+        raise PluginError(f"detection_priority={spec!r} is a bool; give an int or 'before:NAME'")
+    if isinstance(spec, int):
+        return spec
+    if not isinstance(spec, str):
+        raise PluginError(
+            f"detection_priority={spec!r} is a {type(spec).__name__}; "
+            "give an int, 'before:NAME' or 'after:NAME'"
+        )
+    text = spec.strip()
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    relation, _, target = text.partition(":")
+    relation, target = relation.strip().lower(), target.strip().lower()
+    if relation not in ("before", "after") or not target:
+        raise PluginError(
+            f"detection_priority={spec!r} is not understood; "
+            "give an int, 'before:NAME' or 'after:NAME' (e.g. 'before:cuda')"
+        )
+    priorities = [c.priority for c in candidates if c.name == target]
+    if not priorities:
+        known = sorted({c.name for c in candidates})
+        raise UnknownPriorityTargetError(
+            f"detection_priority={spec!r} names {target!r}, which is not a registered backend; "
+            f"use one of {', '.join(known)} or an int"
+        )
+    return min(priorities) - 1 if relation == "before" else max(priorities) + 1
+
+
+# ---------------------------------------------------------------------- probing
+def default_probe(accelerator_class: type[Any]) -> ProbeOutcome:
+    """For a class without ``probe()``: create it and ask ``is_available()``/``device_count()``."""
+    accelerator = accelerator_class()
+    if not accelerator.is_available():
+        return ProbeOutcome.no_device(
+            f"{accelerator_class.__qualname__}().is_available() is False",
+            f"Check that the {accelerator._name!r} device is visible to this process.",
+        )
+    count = int(accelerator.device_count())
+    return ProbeOutcome.found(f"{count} device(s) (is_available() is True)", count)
+
+
+def _guarded_probe(name: str, distribution: str, probe: Callable[[], Any]) -> ProbeOutcome:
+    """Run a plugin's probe; if it raises, warn and report the plugin as broken."""
+    try:
+        outcome = probe()
+    except Exception as error:
+        message = f"plugin {name!r} ({distribution}): probe raised {type(error).__name__}: {error}"
+        warnings.warn(message + "; passing over it", PluginWarning, stacklevel=2)
+        return ProbeOutcome.broken(message, f"Report this to the maintainers of {distribution}.")
+    if not isinstance(outcome, ProbeOutcome):
+        message = f"plugin {name!r} ({distribution}): probe returned {type(outcome).__name__}"
+        warnings.warn(message + ", not ProbeOutcome; passing over it", PluginWarning, stacklevel=2)
+        return ProbeOutcome.broken(message, f"Report this to the maintainers of {distribution}.")
+    return outcome
+
+
+def _probe_for(name: str, distribution: str, cls: type[Any]) -> Callable[[], ProbeOutcome]:
+    declared = getattr(cls, "probe", None)
+    probe: Callable[[], Any] = declared if callable(declared) else (lambda: default_probe(cls))
+    return lambda: _guarded_probe(name, distribution, probe)
+
+
+def _broken_probe(reason: str, remedy: str) -> Callable[[], ProbeOutcome]:
+    return lambda: ProbeOutcome.broken(reason, remedy)
+
+
+def _cannot_create() -> Accelerator:
+    raise PluginError("this plugin failed to load; see the detection trace")
+
+
+# ---------------------------------------------------------------------- discovery
+def _allow_list() -> frozenset[str] | None:
+    value = os.environ.get(ALLOW_ENV)
+    if value is None:
+        return None
+    items = {_normalise(item) for item in value.split(",") if item.strip()}
+    return frozenset() if items <= {"none"} else frozenset(items)
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
+
+
+def _allowed(entry_point: importlib.metadata.EntryPoint, allowed: frozenset[str] | None) -> bool:
+    if allowed is None:
+        return True
+    return bool(allowed & {_normalise(entry_point.name), _normalise(_distribution(entry_point))})
+
+
+def _distribution(entry_point: importlib.metadata.EntryPoint) -> str:
+    dist = getattr(entry_point, "dist", None)
+    return str(dist.name) if dist is not None else "unknown distribution"
+
+
+def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    return sorted(
+        importlib.metadata.entry_points(group=ENTRY_POINT_GROUP),
+        key=lambda ep: (ep.name, _distribution(ep), ep.value),
+    )
+
+
+def _label(name: str, distribution: str) -> str:
+    return f"{name} (plugin {distribution})"
+
+
+def plugin_candidates(
+    entry_points: Iterable[importlib.metadata.EntryPoint],
+    existing: Sequence[BackendCandidate],
+) -> list[BackendCandidate]:
+    """The candidates ``entry_points`` contribute beside ``existing`` (records each outcome)."""
+    allowed = _allow_list()
+    reserved = {c.name for c in existing}
+    points = list(entry_points)
+    by_name: dict[str, set[str]] = {}
+    for ep in points:
+        if _allowed(ep, allowed):
+            by_name.setdefault(ep.name, set()).add(f"{_distribution(ep)}={ep.value}")
+    _statuses.clear()
+    result: list[BackendCandidate] = []
+    seen: set[tuple[str, str]] = set()
+    for ep in points:
+        distribution = _distribution(ep)
+        if (ep.name, ep.value) in seen:
+            continue  # the same entry point seen twice on sys.path
+        seen.add((ep.name, ep.value))
+
+        def status(state: str, detail: str = "", ep: Any = ep, dist: str = distribution) -> None:
+            _statuses.append(PluginStatus(ep.name, ep.value, dist, state, detail))
+
+        if not _allowed(ep, allowed):
+            status("not allowed", f"{ALLOW_ENV}={os.environ.get(ALLOW_ENV, '')!r}")
+            logger.debug("plugin %s (%s) not in %s; not loaded", ep.name, distribution, ALLOW_ENV)
+            continue
+        problem = _naming_problem(ep.name, reserved, by_name[ep.name])
+        if problem is not None:
+            status("rejected", problem)
+            warnings.warn(f"{problem}; it is not loaded", PluginWarning, stacklevel=3)
+            if _NAME_PATTERN.fullmatch(ep.name):  # a row in the trace under the claimed name
+                result.append(_failed_candidate(ep.name, distribution, "rejected: " + problem))
+            continue
+        try:
+            candidate = _load(ep, distribution, existing)
+        except Exception as error:
+            detail = f"plugin {ep.name!r} ({distribution}, {ep.value}) failed to load: " + (
+                str(error) if isinstance(error, PluginError) else f"{type(error).__name__}: {error}"
+            )
+            status("broken", detail)
+            warnings.warn(f"{detail}; passing over it", PluginWarning, stacklevel=3)
+            result.append(_failed_candidate(ep.name, distribution, detail))
+            continue
+        status("loaded", f"priority {candidate.priority}")
+        result.append(candidate)
+    return result
+
+
+def _naming_problem(name: str, reserved: set[str], claims: set[str]) -> str | None:
+    if not _NAME_PATTERN.fullmatch(name):
+        return (
+            f"plugin name {name!r} is not a valid DS_ACCELERATOR value; use lowercase letters, "
+            "digits, '_', '.', '-', starting with a letter"
+        )
+    if name in reserved:
+        return (
+            f"plugin name {name!r} is reserved by anyaccel's built-in {name!r} backend; "
+            "register the plugin under a name of its own"
+        )
+    if len(claims) > 1:
+        return (
+            f"plugin name {name!r} is claimed by {len(claims)} entry points "
+            f"({', '.join(sorted(claims))}); uninstall all but one, or set {ALLOW_ENV} "
+            "to the distribution to use"
+        )
+    return None
+
+
+def _failed_candidate(name: str, distribution: str, reason: str) -> BackendCandidate:
+    return BackendCandidate(
+        name,
+        _label(name, distribution),
+        _fallback_priority(),
+        _broken_probe(reason, f"Fix or uninstall {distribution}, or leave it out of {ALLOW_ENV}."),
+        _cannot_create,
+        origin=distribution,
+    )
+
+
+def _fallback_priority() -> int:
+    from anyaccel.detection import _BUILTIN_CANDIDATES
+
+    try:
+        return resolve_priority(DEFAULT_PRIORITY, _BUILTIN_CANDIDATES)
+    except PluginError:
+        return 899
+
+
+def _load(
+    ep: importlib.metadata.EntryPoint, distribution: str, existing: Sequence[BackendCandidate]
+) -> BackendCandidate:
+    loaded = ep.load()
+    if not (inspect.isclass(loaded) or callable(loaded)):
+        raise PluginError(
+            f"{ep.value} is a {type(loaded).__name__}, not an accelerator class; "
+            "point the entry point at the class, as 'package.module:Class'"
+        )
+    spec = getattr(loaded, "detection_priority", DEFAULT_PRIORITY)
+    try:
+        priority = resolve_priority(spec, existing)
+    except UnknownPriorityTargetError as error:
+        priority = _fallback_priority()
+        warnings.warn(
+            f"plugin {ep.name!r} ({distribution}): {error}; using the default {DEFAULT_PRIORITY!r}",
+            PluginWarning,
+            stacklevel=4,
+        )
+    return BackendCandidate(
+        ep.name,
+        _label(ep.name, distribution),
+        priority,
+        _probe_for(ep.name, distribution, loaded),
+        loaded,
+        origin=distribution,
+    )
+
+
+def load_plugins(existing: Sequence[BackendCandidate]) -> list[BackendCandidate]:
+    """Discover installed plugins and return their candidates (the registry adds them)."""
+    try:
+        points = _entry_points()
+    except Exception as error:  # broken metadata on sys.path must not stop detection
+        warnings.warn(
+            f"could not read {ENTRY_POINT_GROUP!r} entry points: {error}", PluginWarning, 2
+        )
+        return []
+    return plugin_candidates(points, existing)
+
+
+def late_candidates(existing: Sequence[BackendCandidate]) -> list[BackendCandidate]:
+    """Everything that joins the registry on its first read: plugins, then torch's own device.
+
+    The torch device (see :mod:`anyaccel.backends.generic`) is added under its own name, so
+    ``DS_ACCELERATOR=foo`` works for a PrivateUse1 device ``foo`` that no backend claims.
+    """
+    candidates = load_plugins(existing)
+    from anyaccel.backends.generic import device_alias_candidate
+
+    try:
+        alias = device_alias_candidate({c.name for c in [*existing, *candidates]})
+    except Exception as error:  # asking torch must never stop detection
+        logger.debug("could not ask torch for its device type: %s", error)
+        alias = None
+    return [*candidates, alias] if alias is not None else candidates
