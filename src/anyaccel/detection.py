@@ -182,6 +182,26 @@ def _builtin(
 #: Built-in candidates. The order is the contract's detection order; vendor backends join
 #: here with their priorities, and plugins through ``register_backend``.
 _BUILTIN_CANDIDATES: tuple[BackendCandidate, ...] = (
+    _builtin(
+        "xpu.external",
+        "xpu.external (intel_extension_for_deepspeed)",
+        100,
+        "xpu",
+        "external_accelerator",
+        "probe_external",
+    ),
+    _builtin(
+        "xpu", "xpu (intel_extension_for_pytorch)", 200, "xpu", "IpexXpuAccelerator", "probe_ipex"
+    ),
+    _builtin("xpu", "xpu (native torch.xpu)", 300, "xpu", "XpuAccelerator", "probe_native"),
+    _builtin("npu", "npu (torch_npu)", 400, "npu", "NpuAccelerator"),
+    _builtin("sdaa", "sdaa (torch_sdaa)", 500, "sdaa", "SdaaAccelerator"),
+    _builtin("mps", "mps (torch.backends.mps)", 600, "mps", "MpsAccelerator"),
+    _builtin("hpu", "hpu (habana_frameworks)", 700, "hpu", "HpuAccelerator"),
+    _builtin("mlu", "mlu (torch_mlu)", 800, "mlu", "MluAccelerator"),
+    # supa and musa answer through torch.cuda too, so they must be probed before cuda.
+    _builtin("supa", "supa (torch_supa)", 850, "supa", "SupaAccelerator"),
+    _builtin("musa", "musa (torch_musa)", 870, "musa", "MusaAccelerator"),
     _builtin("cuda", "cuda (torch CUDA/ROCm build)", 900, "cuda", "CudaAccelerator"),
     _builtin("generic", "generic (torch.accelerator)", 950, "generic", "GenericAccelerator"),
     _builtin("cpu", "cpu (fallback)", 10_000, "cpu", "CpuAccelerator"),

@@ -31,6 +31,8 @@ class TorchModuleAccelerator(Accelerator):
     runtime_package: ClassVar[str | None] = None
     #: Name of the graph class in the device module (``"CUDAGraph"``), or ``None``.
     graph_class_name: ClassVar[str | None] = None
+    #: Attribute of the device module with ``range_push``/``range_pop`` (``"nvtx"``), or ``None``.
+    profiler_module_name: ClassVar[str | None] = "nvtx"
 
     def __init__(self, device_module: ModuleType | Any | None = None) -> None:
         self._module: Any = (
@@ -263,14 +265,14 @@ class TorchModuleAccelerator(Accelerator):
 
     # ------------------------------------------------------------------ profiling & misc
     def range_push(self, msg: str, domain: str | None = None, category: str | None = None) -> Any:
-        """Open a named range in the vendor profiler (its ``nvtx``-style module)."""
-        profiler = getattr(self._module, "nvtx", None)
+        """Open a named range in the vendor profiler (``profiler_module_name``, e.g. ``nvtx``)."""
+        profiler = getattr(self._module, self.profiler_module_name or "", None)
         push = getattr(profiler, "range_push", None)
         return push(msg) if push is not None else None
 
     def range_pop(self, domain: str | None = None) -> Any:
         """Close the innermost range."""
-        profiler = getattr(self._module, "nvtx", None)
+        profiler = getattr(self._module, self.profiler_module_name or "", None)
         pop = getattr(profiler, "range_pop", None)
         return pop() if pop is not None else None
 

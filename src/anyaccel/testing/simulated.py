@@ -16,6 +16,10 @@ Functions that would create a device context in the real runtime mark the simula
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.abc
+import importlib.machinery
+import os
 import sys
 import types
 from collections import OrderedDict
@@ -32,7 +36,17 @@ __all__ = [
     "SimulatedDeviceProperties",
     "SimulatedGraph",
     "patched_attributes",
+    "simulate_broken_import",
     "simulate_cuda",
+    "simulate_hpu",
+    "simulate_mlu",
+    "simulate_mps",
+    "simulate_musa",
+    "simulate_npu",
+    "simulate_npu_without_cann",
+    "simulate_sdaa",
+    "simulate_supa",
+    "simulate_xpu",
 ]
 
 _BLOCK = 2 * 1024 * 1024  # the caching allocator's segment size
@@ -439,3 +453,734 @@ def simulate_cuda(
         modules={"torch.cuda": module},
     ):
         yield module
+
+
+# ====================================================================== vendor runtimes
+# Each ``simulate_<vendor>`` installs the vendor's package the way its real import would
+# (``sys.modules`` entries that ``importlib.util.find_spec`` finds, the device module attached
+# to ``torch``) and restores everything on exit. Signatures follow the vendor's own API.
+
+_AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+
+
+def _package_module(name: str, **attributes: Any) -> types.ModuleType:
+    """A module object standing for an installed package (``find_spec`` finds it)."""
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin="simulated")
+    module.__path__ = []
+    for key, value in attributes.items():
+        setattr(module, key, value)
+    return module
+
+
+class _FailingLoader(importlib.abc.Loader):
+    """Loads a package whose import fails the way a broken vendor install does."""
+
+    def __init__(self, fail: Callable[[], None]) -> None:
+        self._fail = fail
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self._fail()
+
+
+class _BrokenPackageFinder(importlib.abc.MetaPathFinder):
+    """Finds ``package`` (so it counts as installed) with a loader that fails."""
+
+    def __init__(self, package: str, fail: Callable[[], None]) -> None:
+        self.package = package
+        self.attempts = 0
+        self._fail = fail
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.package:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _FailingLoader(self._attempt))
+
+    def _attempt(self) -> None:
+        self.attempts += 1
+        self._fail()
+
+
+@contextlib.contextmanager
+def simulate_broken_import(
+    package: str, fail: Callable[[], None]
+) -> Iterator[_BrokenPackageFinder]:
+    """Make ``package`` installed but failing on import with whatever ``fail`` does."""
+    finder = _BrokenPackageFinder(package, fail)
+    saved_env = os.environ.get(_AUTOLOAD_ENV)
+    saved = sys.modules.pop(package, None)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield finder
+    finally:
+        sys.meta_path.remove(finder)
+        sys.modules.pop(package, None)
+        if saved is not None:
+            sys.modules[package] = saved
+        if saved_env is None:
+            os.environ.pop(_AUTOLOAD_ENV, None)
+        else:
+            os.environ[_AUTOLOAD_ENV] = saved_env
+
+
+def simulate_npu_without_cann(*, exit_on_import: bool = False) -> Any:
+    """torch_npu installed without the Ascend CANN libraries.
+
+    Like torch_npu 2.x, the import first switches ``TORCH_DEVICE_BACKEND_AUTOLOAD`` off, then
+    fails on ``libhccl.so``; with ``exit_on_import`` it prints a hint and calls ``sys.exit()``
+    as older releases did.
+    """
+
+    def fail() -> None:
+        os.environ[_AUTOLOAD_ENV] = "0"
+        if exit_on_import:
+            print("Please check that the cann package is installed. Please run 'source set_env.sh'")
+            print("libhccl.so: cannot open shared object file: No such file or directory")
+            sys.exit()
+        raise ImportError("libhccl.so: cannot open shared object file: No such file or directory")
+
+    return simulate_broken_import("torch_npu", fail)
+
+
+def _simulate_runtime(
+    device_module: SimulatedDeviceModule,
+    packages: dict[str, types.ModuleType],
+    *extra: tuple[object, str, object],
+) -> contextlib.AbstractContextManager[None]:
+    """Attach ``device_module`` as ``torch.<type>`` and install ``packages``."""
+    attribute = device_module.device_type
+    modules: dict[str, object] = {f"torch.{attribute}": device_module, **packages}
+    return patched_attributes((torch, attribute, device_module), *extra, modules=modules)
+
+
+# ---------------------------------------------------------------------- npu (torch_npu)
+class SimulatedNpuModule(SimulatedDeviceModule):
+    """torch_npu's ``torch.npu``: ``get_device_capability()`` is ``None`` unless configured."""
+
+    def get_device_capability(self, device: Any = None) -> Any:
+        self._index(device)
+        return None
+
+
+@contextlib.contextmanager
+def simulate_npu(
+    device_count: int = 1, *, bf16: bool = True, total_memory: int = 64 * 1024**3
+) -> Iterator[SimulatedDeviceModule]:
+    """torch_npu imported with ``device_count`` Ascend NPUs visible."""
+    module = SimulatedNpuModule(
+        "torch_npu.npu",
+        device_type="npu",
+        device_count=device_count,
+        total_memory=total_memory,
+        device_name="Simulated Ascend910B",
+        bf16=bf16,
+        graph_class_name="NPUGraph",
+        profiler_name="mstx",
+        host_register=("npurt", "npuHostRegister", "npuHostUnregister"),
+    )
+    package = _package_module("torch_npu", npu=module, __version__="2.13.0")
+    with _simulate_runtime(module, {"torch_npu": package, "torch_npu.npu": module}):
+        yield module
+
+
+# ---------------------------------------------------------------------- xpu (three paths)
+#: Names the native ``torch.xpu`` lacks compared with ``torch.cuda``.
+XPU_NATIVE_MISSING = frozenset(
+    {
+        "memory_cached", "max_memory_cached", "reset_max_memory_allocated",
+        "reset_max_memory_cached", "default_stream",
+    }
+)  # fmt: skip
+
+
+class SimulatedXpuModule(SimulatedDeviceModule):
+    """``torch.xpu``: native (``_is_compiled``) or as IPEX extends it (``lazy_init``, ``amp``)."""
+
+    def _is_compiled(self) -> bool:
+        return True
+
+
+class SimulatedForeignXpuAccelerator:
+    """An accelerator in the shape of intel_extension_for_deepspeed's ``XPU_Accelerator``.
+
+    It does not subclass ``anyaccel.Accelerator`` and keeps that package's quirks (its
+    ``initial_seed`` wants an argument); every call goes to ``torch.xpu`` at call time.
+    """
+
+    def __init__(self) -> None:
+        self._name = "xpu"
+        self._communication_backend_name = "ccl"
+        self._compile_backend = "inductor"
+
+    @staticmethod
+    def _xpu() -> Any:
+        return torch.xpu
+
+    def is_synchronized_device(self) -> bool:
+        return False
+
+    def use_host_timers(self) -> bool:
+        return False
+
+    def resolves_data_dependency(self) -> bool:
+        return False
+
+    def handles_memory_backpressure(self) -> bool:
+        return False
+
+    def device_name(self, device_index: int | None = None) -> str:
+        return "xpu" if device_index is None else f"xpu:{device_index}"
+
+    def device(self, device_index: int | None = None) -> Any:
+        return torch.device("xpu" if device_index is None else f"xpu:{device_index}")
+
+    def set_device(self, device_index: int) -> None:
+        self._xpu().set_device(device_index)
+
+    def current_device(self) -> int:
+        return int(self._xpu().current_device())
+
+    def current_device_name(self) -> str:
+        return f"xpu:{self._xpu().current_device()}"
+
+    def device_count(self) -> int:
+        return int(self._xpu().device_count())
+
+    def synchronize(self, device_index: int | None = None) -> None:
+        self._xpu().synchronize(device_index)
+
+    def random(self) -> Any:
+        return torch.random
+
+    def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> None:
+        if device_index is None:
+            self._xpu().set_rng_state(new_state)
+        else:
+            self._xpu().set_rng_state(new_state, device_index)
+
+    def get_rng_state(self, device_index: int | None = None) -> torch.Tensor:
+        if device_index is None:
+            return self._xpu().get_rng_state()  # type: ignore[no-any-return]
+        return self._xpu().get_rng_state(device_index)  # type: ignore[no-any-return]
+
+    def manual_seed(self, seed: int) -> None:
+        self._xpu().manual_seed(seed)
+
+    def manual_seed_all(self, seed: int) -> None:
+        self._xpu().manual_seed_all(seed)
+
+    def initial_seed(self, seed: int) -> int:
+        return int(self._xpu().initial_seed(seed))
+
+    def default_generator(self, device_index: int) -> Any:
+        return self._xpu().default_generators[device_index]
+
+    @property
+    def Stream(self) -> Any:
+        return self._xpu().Stream
+
+    def stream(self, stream: Any) -> Any:
+        return self._xpu().stream(stream)
+
+    def current_stream(self, device_index: int | None = None) -> Any:
+        return self._xpu().current_stream(device_index)
+
+    def default_stream(self, device_index: int | None = None) -> Any:
+        return self._xpu().current_stream(device_index)
+
+    @property
+    def Event(self) -> Any:
+        return self._xpu().Event
+
+    def empty_cache(self) -> None:
+        self._xpu().empty_cache()
+
+    def memory_allocated(self, device_index: int | None = None) -> int:
+        return int(self._xpu().memory_allocated(device_index))
+
+    def max_memory_allocated(self, device_index: int | None = None) -> int:
+        return int(self._xpu().max_memory_allocated(device_index))
+
+    def reset_max_memory_allocated(self, device_index: int | None = None) -> None:
+        self._xpu().reset_max_memory_allocated(device_index)
+
+    def memory_cached(self, device_index: int | None = None) -> int:
+        return int(self._xpu().memory_reserved(device_index))
+
+    def max_memory_cached(self, device_index: int | None = None) -> int:
+        return int(self._xpu().max_memory_reserved(device_index))
+
+    def reset_max_memory_cached(self, device_index: int | None = None) -> None:
+        self._xpu().reset_peak_memory_stats(device_index)
+
+    def memory_stats(self, device_index: int | None = None) -> Any:
+        return self._xpu().memory_stats(device_index)
+
+    def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
+        self._xpu().reset_peak_memory_stats(device_index)
+
+    def memory_reserved(self, device_index: int | None = None) -> int:
+        return int(self._xpu().memory_reserved(device_index))
+
+    def max_memory_reserved(self, device_index: int | None = None) -> int:
+        return int(self._xpu().max_memory_reserved(device_index))
+
+    def total_memory(self, device_index: int | None = None) -> int:
+        return int(self._xpu().get_device_properties(device_index).total_memory)
+
+    def available_memory(self, device_index: int | None = None) -> int:
+        return self.total_memory(device_index) - self.memory_reserved(device_index)
+
+    def is_bf16_supported(self) -> bool:
+        return True
+
+    def is_fp16_supported(self) -> bool:
+        return True
+
+    def supported_dtypes(self) -> list[torch.dtype]:
+        return [torch.float, torch.half, torch.bfloat16]
+
+    def is_available(self) -> bool:
+        return bool(self._xpu().is_available())
+
+    def range_push(self, msg: str) -> None:
+        return None
+
+    def range_pop(self) -> None:
+        return None
+
+    def lazy_call(self, callback: Callable[[], Any]) -> Any:
+        return self._xpu().lazy_init._lazy_call(callback)
+
+    def communication_backend_name(self) -> str:
+        return self._communication_backend_name
+
+    def is_triton_supported(self) -> bool:
+        return False
+
+    def create_graph(self) -> None:
+        return None
+
+    def capture_to_graph(self, graph: Any, pool: Any = None, stream: Any = None) -> Any:
+        return contextlib.nullcontext()
+
+    def replay_graph(self, graph: Any) -> None:
+        return None
+
+    def _tensor(self, dtype: torch.dtype) -> Callable[..., torch.Tensor]:
+        return functools.partial(torch.tensor, dtype=dtype, device="xpu")
+
+    @property
+    def BFloat16Tensor(self) -> Callable[..., torch.Tensor]:
+        return self._tensor(torch.bfloat16)
+
+    @property
+    def ByteTensor(self) -> Callable[..., torch.Tensor]:
+        return self._tensor(torch.uint8)
+
+    @property
+    def DoubleTensor(self) -> Callable[..., torch.Tensor]:
+        return self._tensor(torch.float64)
+
+    @property
+    def FloatTensor(self) -> Callable[..., torch.Tensor]:
+        return self._tensor(torch.float32)
+
+    @property
+    def HalfTensor(self) -> Callable[..., torch.Tensor]:
+        return self._tensor(torch.float16)
+
+    @property
+    def IntTensor(self) -> Callable[..., torch.Tensor]:
+        return self._tensor(torch.int32)
+
+    @property
+    def LongTensor(self) -> Callable[..., torch.Tensor]:
+        return self._tensor(torch.int64)
+
+    def pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        return bool(tensor.is_pinned())
+
+    def on_accelerator(self, tensor: torch.Tensor) -> bool:
+        return str(tensor.device).startswith("xpu:")
+
+    def op_builder_dir(self) -> str:
+        return "intel_extension_for_deepspeed.op_builder"
+
+    def create_op_builder(self, class_name: str) -> Any:
+        return None
+
+    def get_op_builder(self, class_name: str) -> Any:
+        return None
+
+    def build_extension(self) -> Any:
+        from torch.utils.cpp_extension import BuildExtension
+
+        return BuildExtension
+
+    def export_envs(self) -> list[str]:
+        return []
+
+    def visible_devices_envs(self) -> list[str]:
+        return ["ZE_AFFINITY_MASK"]
+
+    def set_visible_devices_envs(self, current_env: dict[str, str], local_ids: list[int]) -> None:
+        current_env["ZE_AFFINITY_MASK"] = ",".join(map(str, local_ids))
+
+    def get_compile_backend(self) -> str:
+        return self._compile_backend
+
+    def set_compile_backend(self, backend: str) -> None:
+        self._compile_backend = backend
+
+
+#: Members the 2023 releases of intel_extension_for_deepspeed's class lack (DeepSpeed's
+#: contract grew after them); removing them simulates such an old release.
+IXDS_OLD_RELEASE_MISSING = (
+    "use_host_timers", "resolves_data_dependency", "handles_memory_backpressure",
+    "available_memory", "supported_dtypes", "is_triton_supported", "create_graph",
+    "capture_to_graph", "replay_graph", "export_envs", "visible_devices_envs",
+    "set_visible_devices_envs", "get_compile_backend", "set_compile_backend",
+)  # fmt: skip
+
+
+@contextlib.contextmanager
+def simulate_xpu(
+    device_count: int = 1,
+    *,
+    path: str = "native",
+    old_external_release: bool = False,
+    total_memory: int = 48 * 1024**3,
+) -> Iterator[SimulatedDeviceModule]:
+    """Intel GPUs through ``path``: ``"native"`` torch.xpu, ``"ipex"`` or ``"external"``.
+
+    ``"ipex"`` also installs intel_extension_for_pytorch (which extends ``torch.xpu``);
+    ``"external"`` installs intel_extension_for_deepspeed on top of that, with its own
+    accelerator class (an old release lacking newer members with ``old_external_release``).
+    """
+    if path not in ("native", "ipex", "external"):
+        raise ValueError(f"path={path!r}; expected 'native', 'ipex' or 'external'")
+    extended = path != "native"
+    module = SimulatedXpuModule(
+        "torch.xpu",
+        device_type="xpu",
+        device_count=device_count,
+        total_memory=total_memory,
+        device_name="Simulated Intel Data Center GPU Max 1550",
+        graph_class_name="XPUGraph",
+        profiler_name="itt" if extended else None,
+        host_register=None,
+        missing=() if extended else XPU_NATIVE_MISSING,
+    )
+    packages: dict[str, types.ModuleType] = {}
+    if extended:
+        ipex_additions = {
+            "lazy_init": types.SimpleNamespace(_lazy_call=module._lazy_call),
+            "amp": _package_module("torch.xpu.amp"),
+        }
+        for name, value in ipex_additions.items():
+            setattr(module, name, value)
+        cpp_extension = _package_module(
+            "intel_extension_for_pytorch.xpu.cpp_extension",
+            DpcppBuildExtension=type("DpcppBuildExtension", (), {}),
+        )
+        ipex_xpu = _package_module("intel_extension_for_pytorch.xpu", cpp_extension=cpp_extension)
+        packages["intel_extension_for_pytorch"] = _package_module(
+            "intel_extension_for_pytorch",
+            xpu=ipex_xpu,
+            _C=types.SimpleNamespace(_has_xpu=lambda: True),
+            __version__="2.8.10+xpu",
+        )
+        packages["intel_extension_for_pytorch.xpu"] = ipex_xpu
+        packages["intel_extension_for_pytorch.xpu.cpp_extension"] = cpp_extension
+    if path == "external":
+        accelerator_class: type[Any] = SimulatedForeignXpuAccelerator
+        if old_external_release:
+            accelerator_class = type(
+                "XPU_Accelerator",
+                (),
+                {
+                    name: member
+                    for name, member in vars(SimulatedForeignXpuAccelerator).items()
+                    if name not in IXDS_OLD_RELEASE_MISSING and not name.startswith("__")
+                }
+                | {"__init__": SimulatedForeignXpuAccelerator.__init__},
+            )
+        packages["intel_extension_for_deepspeed"] = _package_module(
+            "intel_extension_for_deepspeed", XPU_Accelerator=accelerator_class
+        )
+    with _simulate_runtime(module, packages):
+        yield module
+
+
+# ---------------------------------------------------------------------- hpu (habana_frameworks)
+class SimulatedHpuModule(SimulatedDeviceModule):
+    """``habana_frameworks.torch.hpu``: one device per process, its own signatures.
+
+    ``synchronize()``, ``current_stream()`` and ``default_stream()`` take no device;
+    ``get_device_properties`` returns a string; memory figures come from ``memory_stats``
+    keys (``Limit``, ``InUse``, ``MaxInUse``); ``HPUGraph``/``graph`` exist in lazy mode only.
+    """
+
+    def synchronize(self) -> None:  # type: ignore[override]
+        return None
+
+    def current_stream(self) -> SimulatedStream:  # type: ignore[override]
+        return SimulatedStream(device=self._current)
+
+    def default_stream(self) -> SimulatedStream:  # type: ignore[override]
+        return SimulatedStream(device=self._current)
+
+    def get_device_properties(self, device: Any = None) -> str:  # type: ignore[override]
+        self._index(device)
+        return f"(sramBaseAddress=1, dramBaseAddress=2, dramSize={self._total}, tpcEnabledMask=1)"
+
+    def memory_stats(self, device: Any = None) -> dict[str, int]:  # type: ignore[override]
+        i = self._index(device)
+        return {
+            "Limit": self._total,
+            "InUse": self._allocated[i],
+            "MaxInUse": self._peak_allocated[i],
+            "NumAllocs": 0,
+            "NumFrees": 0,
+        }
+
+    def memory_reserved(self, device: Any = None) -> int:
+        return self._total
+
+    def max_memory_reserved(self, device: Any = None) -> int:
+        return self._total
+
+    def mem_get_info(self, device: Any = None) -> tuple[int, int]:
+        i = self._index(device)
+        return (self._total - self._allocated[i], self._total)
+
+    @contextlib.contextmanager
+    def graph(  # type: ignore[override]
+        self, hpu_graph: SimulatedGraph, stream: Any = None
+    ) -> Iterator[None]:
+        self.synchronize()
+        hpu_graph.capture_begin()
+        try:
+            yield
+        finally:
+            hpu_graph.capture_end()
+
+
+@contextlib.contextmanager
+def simulate_hpu(
+    device_count: int = 1,
+    *,
+    lazy_mode: bool = False,
+    fp16: bool = True,
+    total_memory: int = 96 * 1024**3,
+) -> Iterator[SimulatedDeviceModule]:
+    """habana_frameworks with ``device_count`` Gaudi devices; graphs only with ``lazy_mode``."""
+    module = SimulatedHpuModule(
+        "habana_frameworks.torch.hpu",
+        device_type="hpu",
+        device_count=device_count,
+        total_memory=total_memory,
+        device_name="GAUDI2",
+        graph_class_name="HPUGraph" if lazy_mode else None,
+        profiler_name=None,
+        host_register=None,
+        missing=("empty_cache", "reset_max_memory_allocated", "reset_max_memory_cached"),
+    )
+    experimental = _package_module(
+        "habana_frameworks.torch.utils.experimental", _is_fp16_supported=lambda: fp16
+    )
+    utils = _package_module("habana_frameworks.torch.utils", experimental=experimental)
+    core = _package_module("habana_frameworks.torch.core", mark_step=lambda: None, hpu=module)
+    package = _package_module("habana_frameworks.torch", hpu=module, core=core, utils=utils)
+    modules: dict[str, object] = {
+        "habana_frameworks": _package_module("habana_frameworks", torch=package),
+        "habana_frameworks.torch": package,
+        "habana_frameworks.torch.hpu": module,
+        "habana_frameworks.torch.core": core,
+        "habana_frameworks.torch.utils": utils,
+        "habana_frameworks.torch.utils.experimental": experimental,
+    }
+    with patched_attributes(modules=modules):
+        yield module
+
+
+# ---------------------------------------------------------------------- mps (Apple)
+#: ``torch.cuda`` names that ``torch.mps`` does not have.
+MPS_MISSING = frozenset(
+    {
+        "set_device", "current_device", "get_device_name", "get_device_capability",
+        "get_device_properties", "is_bf16_supported", "manual_seed_all", "initial_seed",
+        "current_stream", "default_stream", "stream", "Stream", "memory_allocated",
+        "max_memory_allocated", "memory_reserved", "max_memory_reserved", "memory_cached",
+        "max_memory_cached", "reset_peak_memory_stats", "reset_max_memory_allocated",
+        "reset_max_memory_cached", "memory_stats", "mem_get_info", "is_current_stream_capturing",
+        "graph", "graph_pool_handle", "default_generators", "init",
+    }
+)  # fmt: skip
+
+
+class SimulatedMpsModule(SimulatedDeviceModule):
+    """``torch.mps``: one device, no device arguments, its own memory functions."""
+
+    def __init__(self, *, available: bool, total_memory: int) -> None:
+        super().__init__(
+            "torch.mps",
+            device_type="mps",
+            device_count=1 if available else 0,
+            total_memory=total_memory,
+            device_name="Apple M3 Max",
+            graph_class_name=None,
+            profiler_name=None,
+            host_register=None,
+            missing=MPS_MISSING,
+        )
+        setattr(self, "_lazy_call", None)  # noqa: B010 - torch.mps has no lazy-init queue
+        self.driver_extra = 8 * 1024**2
+
+    def synchronize(self) -> None:  # type: ignore[override]
+        return None
+
+    def get_rng_state(self, device: Any = "mps") -> torch.Tensor:
+        return super().get_rng_state(0)
+
+    def set_rng_state(self, new_state: torch.Tensor, device: Any = "mps") -> None:
+        super().set_rng_state(new_state, 0)
+
+    def _get_default_mps_generator(self) -> torch.Generator:
+        return self.__dict__["default_generators"][0]  # type: ignore[no-any-return]
+
+    def current_allocated_memory(self) -> int:
+        return self._allocated[0]
+
+    def driver_allocated_memory(self) -> int:
+        return self._reserved[0] + self.driver_extra
+
+    def recommended_max_memory(self) -> int:
+        return self._total
+
+    def set_per_process_memory_fraction(self, fraction: float) -> None:
+        if not 0 <= fraction <= 2:
+            raise ValueError(f"invalid fraction {fraction}; must be in [0, 2]")
+
+
+@contextlib.contextmanager
+def simulate_mps(
+    *, available: bool = True, built: bool = True, macos: tuple[int, int] = (14, 4)
+) -> Iterator[SimulatedDeviceModule]:
+    """A macOS torch build (``built``) on a Mac whose GPU is usable (``available``)."""
+    module = SimulatedMpsModule(available=built and available, total_memory=36 * 1024**3)
+    mps_backend = torch.backends.mps
+    with patched_attributes(
+        (torch, "mps", module),
+        (mps_backend, "is_built", lambda: built),
+        (mps_backend, "is_available", lambda: built and available),
+        (mps_backend, "is_macos_or_newer", lambda major, minor: macos >= (major, minor)),
+        modules={"torch.mps": module},
+    ):
+        yield module
+
+
+# ---------------------------------------------------------------------- PrivateUse1 vendors
+def _simulate_privateuse1(
+    package: str,
+    device_type: str,
+    device_count: int,
+    *,
+    device_name: str,
+    graph_class_name: str | None,
+    profiler_name: str | None,
+    cuda_compat: bool = False,
+) -> contextlib.AbstractContextManager[SimulatedDeviceModule]:
+    module = SimulatedDeviceModule(
+        f"{package}.{device_type}",
+        device_type=device_type,
+        device_count=device_count,
+        device_name=device_name,
+        graph_class_name=graph_class_name,
+        profiler_name=profiler_name,
+        host_register=None,
+    )
+    packages = {package: _package_module(package, **{device_type: module})}
+    extra: list[tuple[object, str, object]] = []
+    if cuda_compat:
+        extra = [
+            (torch, "cuda", module),
+            (torch.backends.cuda, "is_built", lambda: True),
+            (torch.version, "cuda", "12.1"),
+        ]
+    return _yielding(module, _simulate_runtime(module, packages, *extra))
+
+
+@contextlib.contextmanager
+def _yielding(
+    module: SimulatedDeviceModule, context: contextlib.AbstractContextManager[None]
+) -> Iterator[SimulatedDeviceModule]:
+    with context:
+        yield module
+
+
+def simulate_mlu(
+    device_count: int = 1,
+) -> contextlib.AbstractContextManager[SimulatedDeviceModule]:
+    """torch_mlu with ``device_count`` Cambricon MLUs (``MLUGraph``, ``cnpx`` ranges)."""
+    return _simulate_privateuse1(
+        "torch_mlu",
+        "mlu",
+        device_count,
+        device_name="MLU590",
+        graph_class_name="MLUGraph",
+        profiler_name="cnpx",
+    )
+
+
+def simulate_sdaa(
+    device_count: int = 1,
+) -> contextlib.AbstractContextManager[SimulatedDeviceModule]:
+    """torch_sdaa with ``device_count`` Tecorigin SDAA devices (no graphs)."""
+    return _simulate_privateuse1(
+        "torch_sdaa",
+        "sdaa",
+        device_count,
+        device_name="T100",
+        graph_class_name=None,
+        profiler_name=None,
+    )
+
+
+def simulate_supa(
+    device_count: int = 1, *, cuda_compat: bool = True
+) -> contextlib.AbstractContextManager[SimulatedDeviceModule]:
+    """torch_supa with Biren GPUs, also answering as ``torch.cuda`` like the real package."""
+    return _simulate_privateuse1(
+        "torch_supa",
+        "supa",
+        device_count,
+        device_name="BR106",
+        graph_class_name="SUPAGraph",
+        profiler_name=None,
+        cuda_compat=cuda_compat,
+    )
+
+
+def simulate_musa(
+    device_count: int = 1, *, cuda_compat: bool = False
+) -> contextlib.AbstractContextManager[SimulatedDeviceModule]:
+    """torch_musa with Moore Threads GPUs (with ``cuda_compat``, a CUDA-compat layer too)."""
+    return _simulate_privateuse1(
+        "torch_musa",
+        "musa",
+        device_count,
+        device_name="MTT S4000",
+        graph_class_name=None,
+        profiler_name=None,
+        cuda_compat=cuda_compat,
+    )

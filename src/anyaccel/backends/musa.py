@@ -1,0 +1,43 @@
+"""musa: Moore Threads GPUs through torch_musa.
+
+Runtime: ``torch_musa`` (from Moore Threads, not PyPI), which attaches ``torch.musa``.
+Collectives: ``mccl``. Visible devices: ``MUSA_VISIBLE_DEVICES``. Exported to other nodes:
+``MUSA_HOME``, ``MCCL*``, ``LD_LIBRARY*``, ``PATH``. No graphs (not generally available in
+torch_musa). Probed just before cuda: CUDA-compatibility layers for MUSA can make
+``torch.cuda`` report devices that are really Moore Threads GPUs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from anyaccel.backends.runtime_probe import probe_device_runtime
+from anyaccel.backends.torch_module import TorchModuleAccelerator
+from anyaccel.detection import ProbeOutcome
+
+__all__ = ["MusaAccelerator", "probe"]
+
+
+def probe() -> ProbeOutcome:
+    """Import torch_musa (only if installed) and count Moore Threads GPUs."""
+    return probe_device_runtime(
+        package="torch_musa",
+        device_module=lambda _package: getattr(torch, "musa", None),
+        vendor="Moore Threads MUSA",
+        install_hint="Install the MUSA toolkit and the torch_musa wheel matching torch.",
+        visible_env="MUSA_VISIBLE_DEVICES",
+    )
+
+
+class MusaAccelerator(TorchModuleAccelerator):
+    """Moore Threads GPUs through ``torch.musa``."""
+
+    _name = "musa"
+    _communication_backend_name = "mccl"
+    _compile_backend = "inductor"
+    device_module_name = "musa"
+    runtime_package = "torch_musa"
+    graph_class_name = None
+    profiler_module_name = None
+    visible_devices_env_names = ("MUSA_VISIBLE_DEVICES",)
+    export_env_prefixes = ("MUSA_HOME", "MCCL", "LD_LIBRARY", "PATH")

@@ -1,0 +1,92 @@
+"""npu: Huawei Ascend NPUs through torch_npu (which needs the Ascend CANN toolkit).
+
+Runtime: ``torch_npu`` (PyPI ``torch-npu``, matching the torch version), which attaches
+``torch.npu``. Collectives: ``hccl``. Visible devices: ``ASCEND_RT_VISIBLE_DEVICES``.
+Exported to other nodes: ``ASCEND*``, ``HCCL*``, ``LD_LIBRARY*``, ``PATH``. Graphs:
+``torch.npu.NPUGraph``. Profiler ranges: ``torch.npu.mstx``. Host registration:
+``torch.npu.npurt().npuHostRegister`` with 4 KiB-aligned buffers.
+
+torch_npu registers itself for torch's backend autoload: if it is installed without CANN,
+``import torch`` itself fails unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` is set.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from anyaccel.backends.runtime_probe import probe_device_runtime
+from anyaccel.backends.torch_module import TorchModuleAccelerator
+from anyaccel.detection import ProbeOutcome
+
+__all__ = ["NpuAccelerator", "probe"]
+
+#: ``ACL_HOST_REGISTER_MAPPED``: map the registered host buffer into device address space.
+_ACL_HOST_REGISTER_MAPPED = 0x2
+
+_CANN_REMEDY = (
+    "Install the Ascend CANN toolkit and run `source <CANN>/set_env.sh` (it puts libhccl.so "
+    "and libascendcl.so on LD_LIBRARY_PATH), or uninstall torch-npu. Until then, "
+    "TORCH_DEVICE_BACKEND_AUTOLOAD=0 keeps `import torch` working."
+)
+
+
+def _diagnose(text: str) -> tuple[str, str] | None:
+    """Name the missing CANN library when torch_npu's import fails for want of one."""
+    for library in ("libhccl.so", "libascendcl.so", "libascend_hal.so", "libacl_op_compiler.so"):
+        if library in text:
+            return f"Ascend CANN libraries not found ({library} is missing)", _CANN_REMEDY
+    if "Two accelerators cannot be used at the same time" in text:
+        return (
+            "torch_npu refuses to run on this torch build, which has another accelerator",
+            "Install the CPU build of torch that matches torch-npu, or unset DS_ACCELERATOR "
+            "to use the other accelerator.",
+        )
+    return None
+
+
+def probe() -> ProbeOutcome:
+    """Import torch_npu (only if installed) and count NPUs through the driver, not a context."""
+    return probe_device_runtime(
+        package="torch_npu",
+        device_module=lambda _package: getattr(torch, "npu", None),
+        vendor="Ascend NPU",
+        install_hint=(
+            f"pip install torch-npu=={torch.__version__.split('+')[0]} "
+            "(and install the Ascend CANN toolkit)."
+        ),
+        visible_env="ASCEND_RT_VISIBLE_DEVICES",
+        diagnose=_diagnose,
+    )
+
+
+class NpuAccelerator(TorchModuleAccelerator):
+    """Ascend NPUs through ``torch.npu``."""
+
+    _name = "npu"
+    _communication_backend_name = "hccl"
+    _compile_backend = "inductor"
+    device_module_name = "npu"
+    runtime_package = "torch_npu"
+    graph_class_name = "NPUGraph"
+    profiler_module_name = "mstx"
+    visible_devices_env_names = ("ASCEND_RT_VISIBLE_DEVICES",)
+    export_env_prefixes = ("ASCEND", "HCCL", "LD_LIBRARY", "PATH")
+
+    # ------------------------------------------------------------------ host memory
+    def pin_memory_alignment(self) -> int:
+        """Mapped host registration needs 4 KiB-aligned addresses."""
+        return 4096
+
+    def register_host_memory(self, address: int, num_bytes: int) -> bool:
+        """Page-lock and map an existing host buffer with ``npuHostRegister``."""
+        if not self.is_available():
+            return False
+        status = self._module.npurt().npuHostRegister(address, num_bytes, _ACL_HOST_REGISTER_MAPPED)
+        return int(status) == 0
+
+    def unregister_host_memory(self, address: int) -> bool:
+        """Undo ``register_host_memory`` with ``npuHostUnregister``."""
+        if not self.is_available():
+            return False
+        status = self._module.npurt().npuHostUnregister(address)
+        return int(status) == 0

@@ -1,0 +1,140 @@
+"""Probing a vendor runtime package without letting its import take the process down.
+
+Vendor packages fail in unfriendly ways: torch_npu raises ``ImportError`` (older releases
+print a hint and call ``sys.exit()``) when the Ascend CANN libraries are missing, and it
+sets ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` before failing, which would leak into every child
+process. ``import_runtime`` turns all of that into one ``RuntimeImportError`` and undoes the
+leftovers; ``probe_device_runtime`` is the probe most vendor backends need, as data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import os
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from anyaccel.detection import ProbeOutcome, package_installed
+
+__all__ = ["RuntimeImportError", "import_runtime", "probe_device_runtime"]
+
+#: The switch for torch's out-of-tree backend autoload (torch >= 2.5).
+AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+
+#: Turns an import failure's text into (what went wrong, what to do), or ``None`` if unknown.
+Diagnosis = Callable[[str], "tuple[str, str] | None"]
+
+
+class RuntimeImportError(ImportError):
+    """A vendor runtime package is installed but importing it failed (or exited)."""
+
+
+def _top_level(package: str) -> str:
+    return package.partition(".")[0]
+
+
+def import_runtime(package: str) -> ModuleType:
+    """Import ``package``; on failure raise ``RuntimeImportError`` and undo its side effects.
+
+    ``SystemExit`` from the package becomes an error carrying what it printed, the value of
+    ``TORCH_DEVICE_BACKEND_AUTOLOAD`` is restored, and half-imported submodules are dropped so
+    that a later import reports the same failure instead of a confusing one.
+    """
+    saved_autoload = os.environ.get(AUTOLOAD_ENV)
+    before = set(sys.modules)
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
+            module = importlib.import_module(package)
+    except (Exception, SystemExit) as error:
+        _undo_failed_import(package, before, saved_autoload)
+        printed = " ".join(captured.getvalue().split())
+        if isinstance(error, SystemExit):
+            message = f"import {package} called sys.exit({error.code!r})"
+        else:
+            message = f"{type(error).__name__}: {error}"
+        if printed:
+            message = f"{message} (it printed: {printed[:400]})"
+        raise RuntimeImportError(message) from error
+    output = captured.getvalue()
+    if output:
+        sys.stderr.write(output)
+    return module
+
+
+def _undo_failed_import(package: str, before: set[str], saved_autoload: str | None) -> None:
+    if saved_autoload is None:
+        os.environ.pop(AUTOLOAD_ENV, None)
+    else:
+        os.environ[AUTOLOAD_ENV] = saved_autoload
+    root = _top_level(package)
+    for name in set(sys.modules) - before:
+        if name == root or name.startswith(root + "."):
+            sys.modules.pop(name, None)
+
+
+def _not_found_error(error: BaseException, package: str) -> bool:
+    """Whether ``error`` only says that ``package`` (or a parent of it) does not exist."""
+    cause = error.__cause__
+    if not isinstance(cause, ModuleNotFoundError) or cause.name is None:
+        return False
+    return package == cause.name or package.startswith(cause.name + ".")
+
+
+def probe_device_runtime(
+    *,
+    package: str,
+    device_module: Callable[[ModuleType], Any],
+    vendor: str,
+    install_hint: str,
+    visible_env: str | None = None,
+    diagnose: Diagnosis | None = None,
+) -> ProbeOutcome:
+    """Find ``package`` without importing it, import it safely, then count devices.
+
+    ``device_module`` maps the imported package to its ``torch.cuda``-shaped module (only
+    ``device_count()`` is called, which no vendor runtime makes create a device context).
+    """
+    if not package_installed(_top_level(package)):
+        return ProbeOutcome.not_installed(f"{_top_level(package)} is not installed", install_hint)
+    try:
+        imported = import_runtime(package)
+    except RuntimeImportError as error:
+        if _not_found_error(error, package):
+            return ProbeOutcome.not_installed(f"{package} is not installed", install_hint)
+        text = str(error)
+        known = diagnose(text) if diagnose is not None else None
+        if known is not None:
+            what, remedy = known
+            return ProbeOutcome.broken(f"{what} ({text})", remedy)
+        return ProbeOutcome.broken(
+            f"{package} is installed but importing it failed: {text}",
+            f"Fix or reinstall the {vendor} runtime so that `python -c 'import {package}'` works.",
+        )
+    module = device_module(imported)
+    if module is None:
+        return ProbeOutcome.broken(
+            f"{package} imported but provides no device module",
+            f"Install a {package} release that matches torch {_torch_version()}.",
+        )
+    count = int(module.device_count())
+    if count <= 0:
+        where = ""
+        if visible_env is not None and visible_env in os.environ:
+            where = f" with {visible_env}={os.environ[visible_env]!r}"
+        return ProbeOutcome.no_device(
+            f"{package} imports but sees no {vendor} device{where}",
+            f"Check that the {vendor} driver is loaded and sees the device"
+            + (f", and that {visible_env} does not hide it." if visible_env else "."),
+        )
+    return ProbeOutcome.found(f"{count} {vendor} device(s) through {package}", count)
+
+
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)

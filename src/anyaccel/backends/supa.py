@@ -1,0 +1,55 @@
+"""supa: Biren GPUs through torch_supa.
+
+Runtime: ``torch_supa`` (from Biren), which attaches ``torch.supa`` and also answers as
+``torch.cuda`` for CUDA code; detection therefore probes supa before cuda. Collectives:
+``bccl`` (``gloo`` on Windows). Visible devices: ``SUPA_VISIBLE_DEVICES``. Exported to other
+nodes: ``BCCL*``, ``BIREN*``, ``SUPA*``, ``LD_LIBRARY*``, ``PATH``. Graphs:
+``torch.supa.SUPAGraph``. Triton: Biren's backend, when installed.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+from anyaccel.backends.runtime_probe import probe_device_runtime
+from anyaccel.backends.torch_module import TorchModuleAccelerator
+from anyaccel.detection import ProbeOutcome, package_installed
+
+__all__ = ["SupaAccelerator", "probe"]
+
+
+def probe() -> ProbeOutcome:
+    """Import torch_supa (only if installed) and count Biren GPUs through ``torch.supa``."""
+    return probe_device_runtime(
+        package="torch_supa",
+        device_module=lambda _package: getattr(torch, "supa", None),
+        vendor="Biren SUPA",
+        install_hint="Install Biren's BIRENSUPA driver and the torch_supa wheel matching torch.",
+        visible_env="SUPA_VISIBLE_DEVICES",
+    )
+
+
+class SupaAccelerator(TorchModuleAccelerator):
+    """Biren GPUs through ``torch.supa``."""
+
+    _name = "supa"
+    _communication_backend_name = "bccl"
+    _compile_backend = "inductor"
+    device_module_name = "supa"
+    runtime_package = "torch_supa"
+    graph_class_name = "SUPAGraph"
+    profiler_module_name = None
+    visible_devices_env_names = ("SUPA_VISIBLE_DEVICES",)
+    export_env_prefixes = ("BCCL", "BIREN", "SUPA", "LD_LIBRARY", "PATH")
+
+    def __init__(self, device_module: Any | None = None) -> None:
+        super().__init__(device_module)
+        if sys.platform == "win32":
+            self._communication_backend_name = "gloo"
+
+    def is_triton_supported(self) -> bool:
+        """Triton is installed and a Biren GPU is visible."""
+        return package_installed("triton") and self.is_available()

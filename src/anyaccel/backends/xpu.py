@@ -1,0 +1,187 @@
+"""xpu: Intel GPUs, reached by three paths tried in this order.
+
+1. ``xpu.external``: the accelerator class of ``intel_extension_for_deepspeed``, used as it
+   is (it does not subclass ``anyaccel.Accelerator``; detection checks it duck-typed).
+2. ``intel_extension_for_pytorch`` (IPEX), which extends ``torch.xpu``.
+3. Native ``torch.xpu`` (torch >= 2.8, the first release with the ``xccl`` backend), taken
+   only when no CUDA device is visible, unless ``DS_ACCELERATOR=xpu`` asks for it.
+
+Collectives: ``ccl`` when ``oneccl_bindings_for_pytorch`` imports, else ``xccl``. Visible
+devices: ``ZE_AFFINITY_MASK``. Nothing exported to other nodes. Graphs: ``torch.xpu.XPUGraph``
+where torch has it. ``torch.xpu`` has no default stream distinct from the current one, and
+natively lacks ``memory_cached``-style names (the base maps them to ``memory_reserved``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from anyaccel.backends.cpu import _ccl_backend_available
+from anyaccel.backends.runtime_probe import import_runtime, probe_device_runtime
+from anyaccel.backends.torch_module import TorchModuleAccelerator
+from anyaccel.detection import FORCE_ENV, ProbeOutcome, package_installed
+
+__all__ = [
+    "IpexXpuAccelerator",
+    "XpuAccelerator",
+    "external_accelerator",
+    "probe_external",
+    "probe_ipex",
+    "probe_native",
+]
+
+#: The first torch release whose native ``torch.xpu`` anyaccel accepts (``xccl`` arrived here).
+NATIVE_MIN_TORCH = (2, 8)
+
+_EXTERNAL_PACKAGE = "intel_extension_for_deepspeed"
+_IPEX_PACKAGE = "intel_extension_for_pytorch"
+
+
+def _xpu_module(_package: object = None) -> Any:
+    return getattr(torch, "xpu", None)
+
+
+def probe_external() -> ProbeOutcome:
+    """intel_extension_for_deepspeed imports, offers ``XPU_Accelerator``, and sees an XPU."""
+    outcome = probe_device_runtime(
+        package=_EXTERNAL_PACKAGE,
+        device_module=_xpu_module,
+        vendor="Intel XPU",
+        install_hint="pip install intel-extension-for-deepspeed (with IPEX and oneCCL bindings).",
+        visible_env="ZE_AFFINITY_MASK",
+    )
+    if outcome.available and not hasattr(import_runtime(_EXTERNAL_PACKAGE), "XPU_Accelerator"):
+        return ProbeOutcome.broken(
+            f"{_EXTERNAL_PACKAGE} imports but has no XPU_Accelerator class",
+            "Upgrade intel-extension-for-deepspeed, or set DS_ACCELERATOR=xpu to use IPEX or "
+            "native torch.xpu instead.",
+        )
+    return outcome
+
+
+def external_accelerator() -> Any:
+    """An instance of intel_extension_for_deepspeed's own ``XPU_Accelerator`` class."""
+    accelerator_class: Callable[[], Any] = import_runtime(_EXTERNAL_PACKAGE).XPU_Accelerator
+    return accelerator_class()
+
+
+def probe_ipex() -> ProbeOutcome:
+    """intel_extension_for_pytorch imports and ``torch.xpu`` sees a device."""
+    return probe_device_runtime(
+        package=_IPEX_PACKAGE,
+        device_module=_xpu_module,
+        vendor="Intel XPU",
+        install_hint=(
+            "pip install intel-extension-for-pytorch (or use torch >= 2.8 with native XPU "
+            "support: pip install torch --index-url https://download.pytorch.org/whl/xpu)."
+        ),
+        visible_env="ZE_AFFINITY_MASK",
+    )
+
+
+def _torch_release() -> tuple[int, int]:
+    match = re.match(r"(\d+)\.(\d+)", str(torch.__version__))
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+def _cuda_device_count() -> int:
+    if not torch.backends.cuda.is_built():  # type: ignore[no-untyped-call]
+        return 0
+    return int(torch.cuda.device_count())
+
+
+def probe_native() -> ProbeOutcome:
+    """torch >= 2.8 built with XPU sees a device, and no CUDA device competes for the process."""
+    release = _torch_release()
+    needed = ".".join(map(str, NATIVE_MIN_TORCH))
+    install = (
+        f"Install torch >= {needed} built for XPU: "
+        "pip install torch --index-url https://download.pytorch.org/whl/xpu"
+    )
+    module = _xpu_module()
+    if release < NATIVE_MIN_TORCH or module is None:
+        return ProbeOutcome.not_installed(
+            f"torch {torch.__version__} has no native XPU support (needs >= {needed})",
+            install + ".",
+        )
+    is_compiled = getattr(module, "_is_compiled", None)
+    if is_compiled is not None and not is_compiled():
+        return ProbeOutcome.not_installed(
+            f"torch {torch.__version__} was built without XPU support", install + "."
+        )
+    count = int(module.device_count())
+    if count <= 0:
+        mask = os.environ.get("ZE_AFFINITY_MASK")
+        where = f" with ZE_AFFINITY_MASK={mask!r}" if mask is not None else ""
+        return ProbeOutcome.no_device(
+            f"torch {torch.__version__} supports XPU but sees no Intel GPU{where}",
+            "Check that the Intel GPU driver (Level Zero) is installed and that "
+            "ZE_AFFINITY_MASK does not hide the device.",
+        )
+    forced = os.environ.get(FORCE_ENV, "").strip().lower() == "xpu"
+    cuda = _cuda_device_count() if not forced else 0
+    if cuda > 0:
+        return ProbeOutcome.no_device(
+            f"{count} native XPU device(s), but {cuda} CUDA device(s) are visible too, and "
+            "native XPU is chosen only without CUDA",
+            f"Set {FORCE_ENV}=xpu to use the Intel GPU anyway.",
+        )
+    return ProbeOutcome.found(f"{count} Intel XPU device(s) through native torch.xpu", count)
+
+
+class XpuAccelerator(TorchModuleAccelerator):
+    """Intel GPUs through native ``torch.xpu``."""
+
+    _name = "xpu"
+    _communication_backend_name = "xccl"
+    _compile_backend = "inductor"
+    device_module_name = "xpu"
+    graph_class_name = "XPUGraph"
+    profiler_module_name = "itt"
+    visible_devices_env_names = ("ZE_AFFINITY_MASK",)
+    export_env_prefixes = ()
+
+    def __init__(self, device_module: Any | None = None) -> None:
+        super().__init__(device_module)
+        self._communication_backend_name = "ccl" if _ccl_backend_available() else "xccl"
+
+    def random(self) -> Any:
+        """``torch.xpu.random`` where the runtime has it, else ``torch.random``."""
+        return getattr(self._module, "random", None) or super().random()
+
+    def default_stream(self, device_index: int | None = None) -> Any:
+        """The current stream: ``torch.xpu`` has no CUDA-like default stream that syncs."""
+        return self.current_stream(device_index)
+
+    def lazy_call(self, callback: Callable[[], Any]) -> Any:
+        """Queue ``callback`` until XPU initialises (IPEX keeps ``_lazy_call`` in ``lazy_init``)."""
+        function = self._optional("_lazy_call")
+        if function is None:
+            function = getattr(getattr(self._module, "lazy_init", None), "_lazy_call", None)
+        return function(callback) if function is not None else callback()
+
+    def is_triton_supported(self) -> bool:
+        """Triton (Intel's XPU backend ships as ``triton``) is installed and a device is visible."""
+        return package_installed("triton") and self.is_available()
+
+
+class IpexXpuAccelerator(XpuAccelerator):
+    """Intel GPUs through ``torch.xpu`` as intel_extension_for_pytorch extends it."""
+
+    runtime_package = _IPEX_PACKAGE
+
+    def build_extension(self) -> type[Any]:
+        """IPEX's ``DpcppBuildExtension``, which compiles SYCL sources."""
+        try:
+            from intel_extension_for_pytorch.xpu.cpp_extension import (  # type: ignore[import-not-found]
+                DpcppBuildExtension,
+            )
+        except ImportError:
+            return super().build_extension()
+        extension: type[Any] = DpcppBuildExtension
+        return extension
