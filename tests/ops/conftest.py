@@ -41,4 +41,3 @@ def _run_python(code: str, env: dict[str, str] | None = None) -> subprocess.Comp
 def run_python() -> Callable[..., subprocess.CompletedProcess[str]]:
     """A runner for Python snippets in a fresh interpreter that imports this checkout."""
     return _run_python
-

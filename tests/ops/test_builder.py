@@ -101,7 +101,9 @@ def test_cached_build_loads_in_a_new_process_without_any_build_tool(run_python: 
 def test_two_processes_building_the_same_op_at_once_both_succeed(
     tmp_path: Path, run_python: RunPython
 ) -> None:
-    code = "from anyaccel.ops.cpu import CPULionBuilder; print(CPULionBuilder().load().simd_level())"
+    code = (
+        "from anyaccel.ops.cpu import CPULionBuilder; print(CPULionBuilder().load().simd_level())"
+    )
     env = {"TORCH_EXTENSIONS_DIR": str(tmp_path)}
     launcher = f"""
         import os, subprocess, sys

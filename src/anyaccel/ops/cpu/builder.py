@@ -37,8 +37,12 @@ class CPUOpBuilder(OpBuilder):
         return [] if sys.platform == "darwin" else ["-fopenmp"]
 
     def cxx_args(self) -> list[str]:
-        """-O3, OpenMP, no errno on sqrt (so it vectorises), and the CPU's vector flags."""
-        flags = ["-O3", "-std=c++17", "-fno-math-errno", *self.openmp_flags()]
+        """-O3, OpenMP, sqrt without errno (so it vectorises), no FMA contraction, vector flags.
+
+        ``-ffp-contract=off`` rounds every operation as torch's reference optimizers do.
+        """
+        flags = ["-O3", "-std=c++17", "-fno-math-errno", "-ffp-contract=off"]
+        flags += self.openmp_flags()
         return flags + simd_compile_flags(self.simd())
 
     def extra_ldflags(self) -> list[str]:
