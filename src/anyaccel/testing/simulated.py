@@ -1044,19 +1044,26 @@ class SimulatedMpsModule(SimulatedDeviceModule):
             missing=MPS_MISSING,
         )
         setattr(self, "_lazy_call", None)  # noqa: B010 - torch.mps has no lazy-init queue
+        self._mps_generator = torch.Generator()
         self.driver_extra = 8 * 1024**2
 
     def synchronize(self) -> None:  # type: ignore[override]
         return None
 
     def get_rng_state(self, device: Any = "mps") -> torch.Tensor:
-        return super().get_rng_state(0)
+        return self._mps_generator.get_state()
 
     def set_rng_state(self, new_state: torch.Tensor, device: Any = "mps") -> None:
-        super().set_rng_state(new_state, 0)
+        self._mps_generator.set_state(new_state)
+
+    def manual_seed(self, seed: int) -> None:
+        self._mps_generator.manual_seed(int(seed))
+
+    def seed(self) -> None:
+        self._mps_generator.seed()
 
     def _get_default_mps_generator(self) -> torch.Generator:
-        return self.__dict__["default_generators"][0]  # type: ignore[no-any-return]
+        return self._mps_generator
 
     def current_allocated_memory(self) -> int:
         return self._allocated[0]
