@@ -534,10 +534,7 @@ if hasattr(os, "register_at_fork"):
 
 def get_accelerator() -> Accelerator:
     """The process's accelerator: detected on first use, then the same object every time."""
-    accelerator = _accelerator
-    if accelerator is not None:
-        return accelerator
-    return _detect_once()
+    return _accelerator or _detect_once()  # one global read once detected
 
 
 def _detect_once() -> Accelerator:
