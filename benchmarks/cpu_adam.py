@@ -1,0 +1,228 @@
+"""CPU Adam step time: anyaccel vs torch (foreach, fused) and DeepSpeed, plus the offload case.
+
+Run: ``python benchmarks/cpu_adam.py [--quick]``. Every figure comes from this one run: step
+times are interleaved across implementations (so background load hits all of them alike),
+ratios are torch's median time over ours, and GB/s is compared with the memory bandwidth
+measured here by in-place add and copy kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+if SRC not in sys.path:
+    sys.path.insert(0, SRC)
+
+from anyaccel.ops.adam import CPUAdam  # noqa: E402
+
+#: Bytes an fp32 Adam step moves per parameter: read p, g, m, v; write p, m, v.
+ADAM_BYTES = 28
+#: Plus a bf16 copy: 2 bytes written and 2 read for the write-allocate (no streaming stores).
+COPY_BYTES = 4
+#: torch's separate copy_ pass: read p (4 bytes) and write bf16 (2 + 2 write-allocate).
+TORCH_COPY_BYTES = 8
+
+Step = Callable[[], object]
+
+
+def median_times(steps: dict[str, Step], repeats: int) -> dict[str, float]:
+    """Median seconds per call of each step, calls interleaved round-robin after one warm-up."""
+    for step in steps.values():
+        step()
+    samples: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            started = time.perf_counter()
+            step()
+            samples[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def measure_bandwidth(repeats: int) -> dict[str, float]:
+    """GB/s of memory-bound torch kernels on 400 MB arrays (write-allocate counted)."""
+    count = 100_000_000
+    a, b = torch.ones(count), torch.ones(count)
+    kernels: dict[str, tuple[Step, int]] = {
+        "in-place add (a += b)": (lambda: a.add_(b), 12),
+        "copy (b = a)": (lambda: b.copy_(a), 12),
+        "read (a.sum())": (lambda: a.sum(), 4),
+    }
+    times = median_times({name: step for name, (step, _) in kernels.items()}, repeats)
+    return {name: kernels[name][1] * count / times[name] / 1e9 for name in kernels}
+
+
+def optimizer_step(
+    factory: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer], size: int
+) -> tuple[Step, torch.nn.Parameter]:
+    """A step closure over one fresh ``size``-element parameter with a random gradient."""
+    param = torch.nn.Parameter(torch.randn(size))
+    param.grad = torch.randn(size)
+    optimizer = factory([param])
+    return optimizer.step, param
+
+
+def deepspeed_factory() -> Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer] | None:
+    """DeepSpeed's CPU Adam when deepspeed is installed (its JIT build runs on first use)."""
+    try:
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+    except ImportError:
+        return None
+    return lambda params: DeepSpeedCPUAdam(params, lr=1e-3, adamw_mode=False)
+
+
+def fp32_table(sizes: list[int], repeats: int, bandwidth: float) -> list[str]:
+    """Rows: step time per implementation and our speed-up over each, per size."""
+    ds = deepspeed_factory()
+    rows = [
+        "| params | anyaccel ms | torch foreach ms | torch fused ms | DeepSpeed ms | "
+        "vs foreach | vs fused | vs DeepSpeed | anyaccel GB/s | % of bandwidth |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for size in sizes:
+        steps: dict[str, Step] = {
+            "ours": optimizer_step(lambda ps: CPUAdam(ps, lr=1e-3), size)[0],
+            "foreach": optimizer_step(lambda ps: torch.optim.Adam(ps, foreach=True), size)[0],
+            "fused": optimizer_step(lambda ps: torch.optim.Adam(ps, fused=True), size)[0],
+        }
+        if ds is not None:
+            steps["deepspeed"] = optimizer_step(ds, size)[0]
+        times = median_times(steps, repeats)
+        ours = times["ours"]
+        ds_ms = f"{times['deepspeed'] * 1e3:.2f}" if "deepspeed" in times else "n/a"
+        ds_ratio = f"{times['deepspeed'] / ours:.2f}x" if "deepspeed" in times else "n/a"
+        gbps = ADAM_BYTES * size / ours / 1e9
+        rows.append(
+            f"| {size / 1e6:g}M | {ours * 1e3:.2f} | {times['foreach'] * 1e3:.2f} | "
+            f"{times['fused'] * 1e3:.2f} | {ds_ms} | {times['foreach'] / ours:.2f}x | "
+            f"{times['fused'] / ours:.2f}x | {ds_ratio} | {gbps:.1f} | "
+            f"{100 * gbps / bandwidth:.0f}% |"
+        )
+        del steps
+    return rows
+
+
+def offload_steps(size: int) -> dict[str, Step]:
+    """Our one-pass step writing a bf16 copy, and torch's fused step followed by ``copy_``."""
+    ours_param = torch.nn.Parameter(torch.randn(size))
+    ours_param.grad = torch.randn(size)
+    ours_copy = torch.empty_like(ours_param, dtype=torch.bfloat16)
+    ours = CPUAdam([ours_param], lr=1e-3)
+    torch_step, torch_param = optimizer_step(lambda ps: torch.optim.Adam(ps, fused=True), size)
+    torch_copy = torch.empty_like(torch_param, dtype=torch.bfloat16)
+
+    def torch_offload() -> None:
+        torch_step()
+        torch_copy.copy_(torch_param.detach())
+
+    return {"ours": lambda: ours.step(fp16_param_groups=[ours_copy]), "torch": torch_offload}
+
+
+def offload_table(sizes: list[int], repeats: int, bandwidth: float) -> list[str]:
+    """Rows: fp32 master step plus bf16 copy, fused in one pass vs torch fused + ``copy_``."""
+    rows = [
+        "| params | anyaccel step+bf16 ms | torch fused + copy_ ms | speed-up | "
+        "anyaccel GB/s | % of bandwidth |",
+        "|---|---|---|---|---|---|",
+    ]
+    for size in sizes:
+        times = median_times(offload_steps(size), repeats)
+        gbps = (ADAM_BYTES + COPY_BYTES) * size / times["ours"] / 1e9
+        rows.append(
+            f"| {size / 1e6:g}M | {times['ours'] * 1e3:.2f} | {times['torch'] * 1e3:.2f} | "
+            f"{times['torch'] / times['ours']:.2f}x | {gbps:.1f} | {100 * gbps / bandwidth:.0f}% |"
+        )
+    return rows
+
+
+def timed_subprocess(code: str, extensions_dir: str) -> float:
+    """Seconds a snippet reports, run in a fresh interpreter with its own extensions dir."""
+    env = {
+        **os.environ,
+        "TORCH_EXTENSIONS_DIR": extensions_dir,
+        "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+LOAD_SNIPPET = """
+    import time
+    import torch
+    started = time.perf_counter()
+    {body}
+    print(time.perf_counter() - started)
+"""
+
+
+def build_times(include_deepspeed: bool) -> list[str]:
+    """First build (empty cache) and cached load, each in a fresh process, for us and DeepSpeed."""
+    ours = "from anyaccel.ops.cpu import CPUAdamBuilder; CPUAdamBuilder().load()"
+    theirs = (
+        "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load(verbose=False)"
+    )
+    rows = ["| op | first build s | cached load s (after `import torch`) |", "|---|---|---|"]
+    candidates = [("anyaccel CPUAdamBuilder", ours)]
+    if include_deepspeed:
+        candidates.append(("DeepSpeed CPUAdamBuilder", theirs))
+    for label, body in candidates:
+        with tempfile.TemporaryDirectory() as cache:
+            snippet = LOAD_SNIPPET.format(body=body)
+            first = timed_subprocess(snippet, cache)
+            cached = min(timed_subprocess(snippet, cache) for _ in range(3))
+        rows.append(f"| {label} | {first:.1f} | {cached:.3f} |")
+    return rows
+
+
+def main() -> None:
+    """Print the bandwidth, fp32, offload and build tables."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="1M and 10M only, fewer repeats")
+    parser.add_argument("--repeats", type=int, default=None, help="timed steps per implementation")
+    parser.add_argument("--no-build", action="store_true", help="skip the build-time table")
+    args = parser.parse_args()
+    sizes = [1_000_000, 10_000_000] if args.quick else [1_000_000, 10_000_000, 50_000_000]
+    repeats = args.repeats or (5 if args.quick else 15)
+    CPUAdam([torch.nn.Parameter(torch.zeros(1))])  # build or load before timing anything
+
+    print(
+        f"# CPU Adam benchmark: torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{os.cpu_count()} CPUs, median of {repeats} interleaved steps\n"
+    )
+    bandwidths = measure_bandwidth(repeats)
+    bandwidth = max(bandwidths.values())
+    print("## Measured memory bandwidth\n\n| kernel | GB/s |\n|---|---|")
+    for name, value in bandwidths.items():
+        print(f"| {name} | {value:.1f} |")
+    print(f"\nroofline used below: {bandwidth:.1f} GB/s (the best of these)\n")
+    print(f"## fp32 Adam step ({ADAM_BYTES} B/param); ratios > 1 mean anyaccel is faster\n")
+    print("\n".join(fp32_table(sizes, repeats, bandwidth)))
+    print(
+        f"\n## Offload: fp32 master step + bf16 copy ({ADAM_BYTES + COPY_BYTES} B/param fused; "
+        f"torch's extra copy_ pass moves {TORCH_COPY_BYTES} B/param more)\n"
+    )
+    print("\n".join(offload_table(sizes, repeats, bandwidth)))
+    if not args.no_build:
+        print("\n## Build and load (fresh processes, empty cache for the first build)\n")
+        print("\n".join(build_times(deepspeed_factory() is not None and not args.quick)))
+
+
+if __name__ == "__main__":
+    main()
