@@ -16,6 +16,7 @@ __all__ = ["SUBCOMMANDS", "main"]
 #: Subcommand name -> (module under anyaccel.cli, one-line help).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("anyaccel.cli.report", "show which accelerator is used here and why"),
+    "conformance": ("anyaccel.cli.conformance", "check an accelerator class against the contract"),
 }
 
 
