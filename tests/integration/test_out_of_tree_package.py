@@ -1,0 +1,139 @@
+"""The out-of-tree example, pip-installed into a throwaway venv, is found with no user code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "out_of_tree_accelerator"
+
+pytestmark = pytest.mark.slow
+
+# One process per board count (the runtime reads it once); each scenario resets and detects.
+_QUERY = """
+import json, os, sys, warnings
+warnings.simplefilter("ignore")
+import anyaccel
+results = {}
+for label, env in json.loads(sys.argv[1]).items():
+    for key in ("DS_ACCELERATOR", "ANYACCEL_PLUGINS"):
+        os.environ.pop(key, None)
+    os.environ.update(env)
+    anyaccel.reset_accelerator()
+    try:
+        acc = anyaccel.get_accelerator()
+    except anyaccel.AcceleratorError as error:
+        results[label] = {"error": type(error).__name__, "message": str(error)}
+        continue
+    report = anyaccel.detection_report()
+    results[label] = {"class": type(acc).__qualname__, "name": acc._name,
+                      "count": acc.device_count(), "how": report.how,
+                      "rows": [[p.candidate, p.decision] for p in report.probes]}
+print(json.dumps(results))
+"""
+
+_SCENARIOS = {
+    "2": {
+        "boards": {},
+        "forced": {"DS_ACCELERATOR": "acme"},
+        "not allowed": {"ANYACCEL_PLUGINS": "none"},
+    },
+    "0": {"no board": {}, "forced, no board": {"DS_ACCELERATOR": "acme"}},
+}
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv reusing this interpreter's packages (torch), with the example pip-installed."""
+    root = tmp_path_factory.mktemp("venv")
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(root)],
+        check=True,
+    )
+    python = root / "bin" / "python"
+    build = tmp_path_factory.mktemp("build")
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--no-index", "--no-cache-dir", str(EXAMPLE)],
+        check=True, cwd=build, env=_env(),
+    )  # fmt: skip
+    return python
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DS_ACCELERATOR", "ACME_BOARDS")}
+    env["PYTHONPATH"] = str(REPO / "src")  # the anyaccel under test, whatever is installed
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def results(venv: Path) -> dict[str, dict[str, object]]:
+    """What ``get_accelerator()`` gave in the venv, per scenario."""
+    processes = [
+        subprocess.Popen(
+            [str(venv), "-c", _QUERY, json.dumps(scenarios)],
+            env=_env(ACME_BOARDS=boards),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for boards, scenarios in _SCENARIOS.items()
+    ]
+    found: dict[str, dict[str, object]] = {}
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err[-3000:]
+        found.update(json.loads(out.strip().splitlines()[-1]))
+    return found
+
+
+def test_boards_present_are_selected_automatically(results: dict[str, dict[str, object]]) -> None:
+    result = results["boards"]
+    assert (result["class"], result["name"], result["count"]) == ("AcmeAccelerator", "acme", 2)
+    assert result["how"] == "detected"
+    assert ["acme (plugin acme-accel)", "selected"] in result["rows"]
+
+
+def test_no_board_falls_through_to_the_cpu(results: dict[str, dict[str, object]]) -> None:
+    result = results["no board"]
+    assert result["name"] == "cpu"
+    assert ["acme (plugin acme-accel)", "passed over"] in result["rows"]
+
+
+def test_ds_accelerator_forces_the_plugin(results: dict[str, dict[str, object]]) -> None:
+    result = results["forced"]
+    assert (result["name"], result["how"]) == ("acme", "DS_ACCELERATOR")
+
+
+def test_forcing_it_without_a_board_says_so(results: dict[str, dict[str, object]]) -> None:
+    result = results["forced, no board"]
+    assert result["error"] == "AcceleratorUnavailableError"
+    assert "no Acme board found" in str(result["message"])
+
+
+def test_allow_list_keeps_the_plugin_out_and_the_generic_backend_steps_in(
+    results: dict[str, dict[str, object]],
+) -> None:
+    result = results["not allowed"]
+    assert (result["class"], result["name"]) == ("GenericAccelerator", "acme")
+    assert ["generic (torch.accelerator)", "selected"] in result["rows"]
+    assert not any("plugin" in row[0] for row in result["rows"])  # type: ignore[union-attr]
+
+
+def test_it_passes_the_conformance_kit(venv: Path) -> None:
+    done = subprocess.run(
+        [str(venv), "-m", "anyaccel", "conformance", "acme_accel:AcmeAccelerator"],
+        env=_env(ACME_BOARDS="2"),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    assert "0 failed" in done.stdout
