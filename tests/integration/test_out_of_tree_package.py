@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -57,11 +58,12 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=True,
     )
     python = root / "bin" / "python"
-    build = tmp_path_factory.mktemp("build")
+    source = tmp_path_factory.mktemp("src") / "acme-accel"  # build a copy, not the checkout
+    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     subprocess.run(
         [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--no-index", "--no-cache-dir", str(EXAMPLE)],
-        check=True, cwd=build, env=_env(),
+         "--no-index", "--no-cache-dir", str(source)],
+        check=True, cwd=source, env=_env(),
     )  # fmt: skip
     return python
 
