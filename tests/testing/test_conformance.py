@@ -106,9 +106,7 @@ def privateuse1_reports() -> dict[str, subprocess.Popen[str]]:
 
 
 #: Gaps the kit found in vendor backends still landing; remove an entry once it passes.
-KNOWN_GAPS = {
-    "hpu": "HABANA_VISIBLE_MODULES written as None; 'hpu_backend' unknown to torch.compile here",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(

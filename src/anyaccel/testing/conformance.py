@@ -437,11 +437,15 @@ def check_tensor_types(acc: Any) -> list[str]:
 
 
 def check_visible_devices(acc: Any) -> list[str]:
-    """``set_visible_devices_envs`` writes ``'0,2'`` into every visible-devices variable, only."""
+    """``set_visible_devices_envs`` narrows every visible-devices variable to ``'0,2'``, only.
+
+    The launcher's environment lists devices ``0,1,2,3`` in each variable first, as a job
+    scheduler would, so backends that map ids through the variable (Gaudi) are checked too.
+    """
     found = _Findings()
     names = acc.visible_devices_envs()
     found.expect(bool(names), "visible_devices_envs() is empty; launchers read its first entry")
-    env = {"UNRELATED": "keep"}
+    env = {"UNRELATED": "keep", **dict.fromkeys(names, "0,1,2,3")}
     ok, _ = found.call(
         "set_visible_devices_envs(env, [0, 2])", lambda: acc.set_visible_devices_envs(env, [0, 2])
     )

@@ -1000,8 +1000,14 @@ def simulate_hpu(
     )
     utils = _package_module("habana_frameworks.torch.utils", experimental=experimental)
     core = _package_module("habana_frameworks.torch.core", mark_step=lambda: None, hpu=module)
-    package = _package_module("habana_frameworks.torch", hpu=module, core=core, utils=utils)
+    compile_backend = _package_module("habana_frameworks.torch.dynamo.compile_backend")
+    dynamo = _package_module("habana_frameworks.torch.dynamo", compile_backend=compile_backend)
+    package = _package_module(
+        "habana_frameworks.torch", hpu=module, core=core, utils=utils, dynamo=dynamo
+    )
     modules: dict[str, object] = {
+        "habana_frameworks.torch.dynamo": dynamo,
+        "habana_frameworks.torch.dynamo.compile_backend": compile_backend,
         "habana_frameworks": _package_module("habana_frameworks", torch=package),
         "habana_frameworks.torch": package,
         "habana_frameworks.torch.hpu": module,
@@ -1009,8 +1015,32 @@ def simulate_hpu(
         "habana_frameworks.torch.utils": utils,
         "habana_frameworks.torch.utils.experimental": experimental,
     }
-    with patched_attributes(modules=modules):
+    with patched_attributes(modules=modules), registered_compile_backend("hpu_backend"):
         yield module
+
+
+@contextlib.contextmanager
+def registered_compile_backend(name: str) -> Iterator[None]:
+    """Register ``name`` as a ``torch.compile`` backend (running eagerly) while inside.
+
+    Vendor runtimes register their compile backend with dynamo when imported, as
+    habana_frameworks does for ``hpu_backend``.
+    """
+    import torch._dynamo
+    from torch._dynamo.backends import registry
+
+    if name in registry._COMPILER_FNS:
+        yield
+        return
+
+    def run_eagerly(graph_module: Any, example_inputs: Any) -> Any:
+        return graph_module.forward
+
+    torch._dynamo.register_backend(compiler_fn=run_eagerly, name=name)
+    try:
+        yield
+    finally:
+        registry._COMPILER_FNS.pop(name, None)
 
 
 # ---------------------------------------------------------------------- mps (Apple)
