@@ -110,6 +110,18 @@ def test_ds_accelerator_accepts_a_plugin_name(
     assert anyaccel.detection_report().how == "DS_ACCELERATOR"
 
 
+def test_supported_list_names_plugins_before_any_detection(install: Install) -> None:
+    install("acme-accel", "acme", _WORKING, priority="after:generic")
+    anyaccel.reset_accelerator()  # plugins unloaded, nothing detected yet
+    assert "acme" in anyaccel.SUPPORTED_ACCELERATOR_LIST
+    names = list(anyaccel.SUPPORTED_ACCELERATOR_LIST)
+    assert names.index("generic") < names.index("acme") < names.index("cpu")
+    assert names == anyaccel.SUPPORTED_ACCELERATOR_LIST
+    assert len(anyaccel.SUPPORTED_ACCELERATOR_LIST) == len(names)
+    assert anyaccel.SUPPORTED_ACCELERATOR_LIST[-1] == "cpu"
+    assert "acme" in repr(anyaccel.SUPPORTED_ACCELERATOR_LIST)
+
+
 def test_plugin_priority_places_it_relative_to_builtins(install: Install) -> None:
     install("late-accel", "late", _WORKING, priority="after:generic")
     order = [c.name for c in detection.registered_backends()]

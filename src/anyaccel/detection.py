@@ -16,7 +16,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -210,8 +210,41 @@ _BUILTIN_CANDIDATES: tuple[BackendCandidate, ...] = (
 _registry_lock = threading.Lock()
 _candidates: list[BackendCandidate] = list(_BUILTIN_CANDIDATES)
 
-#: The names ``DS_ACCELERATOR`` accepts (kept in step with the registry).
-SUPPORTED_ACCELERATOR_LIST: list[str] = []
+
+class _RegistryNames(list[str]):
+    """A list of backend names that loads plugins before it is first read."""
+
+    def _loaded(self) -> _RegistryNames:
+        _load_plugins_once()
+        return self
+
+    def __contains__(self, name: object) -> bool:
+        return list.__contains__(self._loaded(), name)
+
+    def __iter__(self) -> Iterator[str]:
+        return list.__iter__(self._loaded())
+
+    def __len__(self) -> int:
+        return list.__len__(self._loaded())
+
+    def __getitem__(self, index: Any) -> Any:
+        return list.__getitem__(self._loaded(), index)
+
+    def __eq__(self, other: object) -> bool:
+        return list.__eq__(self._loaded(), other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return list.__repr__(self._loaded())
+
+    def index(self, value: str, *args: Any) -> int:
+        """Position of ``value`` in detection order."""
+        return list.index(self._loaded(), value, *args)
+
+
+#: The names ``DS_ACCELERATOR`` accepts, in detection order (plugins included).
+SUPPORTED_ACCELERATOR_LIST: list[str] = _RegistryNames()
 
 
 def _refresh_supported_names() -> None:
