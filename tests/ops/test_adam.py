@@ -165,6 +165,14 @@ def test_special_values_convert_like_torch() -> None:
         assert torch.equal(low[-2:], expected[-2:]) and low[-3].isnan()
 
 
+def test_misaligned_copies_are_written_exactly() -> None:
+    param = torch.nn.Parameter(torch.randn(70_001))
+    param.grad = torch.randn_like(param)
+    buffer = torch.empty(70_002, dtype=torch.bfloat16)
+    CPUAdam([param]).step(fp16_param_groups=[buffer[1:]])
+    assert torch.equal(buffer[1:], param.detach().to(torch.bfloat16))
+
+
 def test_deepspeed_signature_is_positional_compatible() -> None:
     ours = train(lambda ps: DeepSpeedCPUAdam(ps, 1e-2, True, (0.9, 0.999), 1e-8, 0.1), steps=20)
     torch_ = train(lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1), steps=20)

@@ -95,6 +95,7 @@ def test_cached_build_loads_in_a_new_process_without_any_build_tool(run_python: 
     )
     assert result.returncode == 0, result.stderr
     level, seconds = result.stdout.split()
+    assert level in ("avx512", "avx2", "neon", "generic")
     print(f"cached load in a new process: {seconds} s")  # informative only, never asserted
 
 
@@ -178,7 +179,7 @@ def test_abstract_builders_cannot_be_instantiated() -> None:
 def test_unreadable_source_names_the_file(tmp_path: Path) -> None:
     builder = tmp_builder(tmp_path, "", name="vanishing")
     Path(builder.sources()[0]).unlink()
-    with pytest.raises(OpBuildError, match="vanishing.cpp"):
+    with pytest.raises(OpBuildError, match=r"vanishing\.cpp"):
         builder.plan()
 
 
