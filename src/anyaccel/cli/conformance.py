@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.list:
         for name, check in CHECKS.items():
-            print(f"{name:<20} {(check.__doc__ or '').strip()}")
+            print(f"{name:<20} {(check.__doc__ or '').strip().splitlines()[0]}")
         return 0
     if not args.target:
         print("anyaccel conformance: give the accelerator as package.module:Class", file=sys.stderr)

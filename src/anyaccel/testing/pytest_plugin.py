@@ -15,18 +15,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from anyaccel.testing.conformance import (
-    CHECKS,
-    ConformanceReport,
-    load_accelerator,
-    prepare,
-    run_check,
-    run_conformance,
-)
+if TYPE_CHECKING:
+    from anyaccel.testing.conformance import ConformanceReport
+
+# pytest loads this module in every session of an environment with anyaccel installed, so
+# it imports nothing heavy (not torch, not the kit) until a test asks for the kit.
 
 __all__ = ["anyaccel_conformance", "conformance_tests"]
 
@@ -45,6 +42,8 @@ def conformance_tests(
     ``target`` is a class, factory, instance or ``"module:Class"``; ``context`` (e.g. a
     simulated runtime) is entered around each check. Skipped checks show as pytest skips.
     """
+    from anyaccel.testing.conformance import CHECKS, load_accelerator, prepare, run_check
+
     names = list(CHECKS) if checks is None else list(checks)
 
     @pytest.mark.parametrize("check", names)
@@ -70,6 +69,8 @@ def anyaccel_conformance() -> Callable[..., ConformanceReport]:
         checks: Iterable[str] | None = None,
         context: ContextFactory | None = None,
     ) -> ConformanceReport:
+        from anyaccel.testing.conformance import prepare, run_conformance
+
         prepare()
         with _context(context):
             report = run_conformance(target, checks)
