@@ -321,3 +321,24 @@ def test_priority_specs(spec: object, expected: int) -> None:
 def test_bad_priority_specs_name_the_value_and_the_fix(spec: object, message: str) -> None:
     with pytest.raises(PluginError, match=message):
         resolve_priority(spec, _CANDIDATES)
+
+
+def test_environments_without_plugins_skip_the_metadata_scan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from anyaccel import plugins
+
+    def no_scan(**_: object) -> object:
+        raise AssertionError("importlib.metadata.entry_points should not be called")
+
+    monkeypatch.setattr(plugins.importlib.metadata, "entry_points", no_scan)
+    assert plugins._group_declared_on_path() is False
+    assert plugins._entry_points() == []
+
+
+def test_an_installed_plugin_is_seen_by_the_quick_scan(install: Install) -> None:
+    from anyaccel import plugins
+
+    install("acme-accel", "acme", _WORKING)
+    assert plugins._group_declared_on_path() is True
+    assert [ep.name for ep in plugins._entry_points()] == ["acme"]

@@ -19,6 +19,7 @@ import inspect
 import logging
 import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -190,7 +191,33 @@ def _distribution(entry_point: importlib.metadata.EntryPoint) -> str:
     return str(dist.name) if dist is not None else "unknown distribution"
 
 
+def _group_declared_on_path() -> bool:
+    """Whether any installed distribution's ``entry_points.txt`` names our group.
+
+    A quick text scan of ``sys.path``: reading every distribution's metadata through
+    ``importlib.metadata`` costs several milliseconds, and most environments have no plugin.
+    """
+    marker = f"[{ENTRY_POINT_GROUP}]"
+    for entry in sys.path:
+        try:
+            with os.scandir(entry or ".") as items:
+                infos = [i.path for i in items if i.name.endswith((".dist-info", ".egg-info"))]
+        except OSError:
+            continue  # not a directory (e.g. a zip file): let importlib.metadata decide
+        for info in infos:
+            try:
+                with open(os.path.join(info, "entry_points.txt"), encoding="utf-8") as points:
+                    if marker in points.read():
+                        return True
+            except OSError:
+                continue
+    # Zipped entries (eggs, zipapps) cannot be scanned here: let importlib.metadata read them.
+    return any(os.path.isfile(entry) for entry in sys.path if entry)
+
+
 def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    if not _group_declared_on_path():
+        return []
     return sorted(
         importlib.metadata.entry_points(group=ENTRY_POINT_GROUP),
         key=lambda ep: (ep.name, _distribution(ep), ep.value),
