@@ -49,3 +49,13 @@ def stream_kernels(count: int = 50_000_000) -> dict[str, tuple[Callable[[], obje
         "torch a.add_(b) (12 B/elt)": (lambda: a.add_(b), 12),
         "torch b.copy_(a) (12 B/elt)": (lambda: b.copy_(a), 12),
     }
+
+
+def adam_shaped_step(size: int) -> Callable[[], object]:
+    """Adam's memory traffic (read p, g, m, v; write p, m, v) with no arithmetic, on ``size``."""
+    module: ModuleType = StreamBuilder().load()
+    p, g, m, v = (torch.ones(size) for _ in range(4))
+    threads = torch.get_num_threads()
+    return lambda: module.adam_shaped(
+        p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(), size, threads
+    )
