@@ -12,7 +12,9 @@ from anyaccel.ops import builder as builder_module
 from anyaccel.ops.builder import (
     BuildPlan,
     OpBuilder,
+    cxx_compiler,
     extensions_root,
+    find_ninja,
     first_error_lines,
     is_built,
     toolchain_problem,
@@ -199,3 +201,12 @@ def test_build_plan_paths() -> None:
     plan: BuildPlan = CPUAdamBuilder().plan()
     assert plan.library_path.endswith(f"{plan.extension_name}.so")
     assert plan.log_path.startswith(plan.build_directory)
+
+
+def test_tool_lookups_follow_path_and_cxx(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert find_ninja() is None
+    monkeypatch.delenv("CXX", raising=False)
+    assert cxx_compiler() == "c++"
+    monkeypatch.setenv("CXX", "clang++")
+    assert cxx_compiler() == "clang++"

@@ -37,9 +37,21 @@ def test_arch_list_accepts_family_names_and_separators() -> None:
 def test_a_bad_arch_entry_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="'sm_80'"):
         parse_cuda_arch_list("sm_80")
+
+
+def test_compatibility_with_a_cuda_torch_never_touches_the_devices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_device_queries(*args: object) -> None:
+        raise AssertionError("compatibility() must not initialise CUDA")
+
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", no_device_queries)
+    monkeypatch.setattr(torch.cuda, "is_available", no_device_queries)
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    assert FusedAdamBuilder().platform_compatibility().ok
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "sm_80")
-    if torch.version.cuda is not None:
-        assert "'sm_80'" in FusedAdamBuilder().compatibility().reason
+    assert "'sm_80'" in FusedAdamBuilder().platform_compatibility().reason
 
 
 def test_without_the_variable_and_a_device_the_default_archs_are_used(

@@ -47,6 +47,8 @@ def test_an_op_missing_here_gets_a_builder_that_says_where_it_exists() -> None:
     assert found is not None and found.__name__ == "FusedAdamBuilder"
     builder = found()
     assert not builder.is_compatible()
+    with pytest.raises(OpNotAvailableError, match="available on: cuda"):
+        builder.plan()  # there is nothing to build here, not even a dry run
     with pytest.raises(OpNotAvailableError) as caught:
         builder.load()
     message = str(caught.value)

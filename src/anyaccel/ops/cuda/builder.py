@@ -110,7 +110,10 @@ class CUDAOpBuilder(OpBuilder):
         return ["-O3", "-std=c++17", "--expt-relaxed-constexpr", *gencode_flags(cuda_arch_list())]
 
     def platform_compatibility(self) -> Compatibility:
-        """A CUDA or ROCm build of torch is required (a device is not: cross-compiling works)."""
+        """A CUDA or ROCm build of torch is required (a device is not: cross-compiling works).
+
+        Cheap and side-effect free: it never initialises CUDA (only ``plan()`` asks the devices).
+        """
         import torch
 
         if torch.version.cuda is None and torch.version.hip is None:
@@ -119,8 +122,9 @@ class CUDAOpBuilder(OpBuilder):
                 f"torch {torch.__version__} is built without CUDA; install a CUDA build of "
                 "torch (https://pytorch.org/get-started/locally/)",
             )
-        try:
-            cuda_arch_list()
+        configured = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+        try:  # validate the variable only: querying devices would initialise CUDA
+            parse_cuda_arch_list(configured)
         except ValueError as exc:
             return Compatibility(False, str(exc))
         return Compatibility(True)
