@@ -290,15 +290,19 @@ class Accelerator(abc.ABC):
         """A page-locked copy of a host tensor, for fast asynchronous copies to the device.
 
         Accepts both DeepSpeed keyword styles (``align_bytes`` and ``make_copy``/``match_shape``);
-        a tensor already pinned is returned as it is.
+        a tensor already pinned, or one this backend cannot pin (no device to copy to, or
+        unified memory), is returned as it is.
         """
-        if tensor.device.type != "cpu" or tensor.is_pinned():
+        if tensor.device.type != "cpu" or not self._can_pin() or tensor.is_pinned():
             return tensor
         return tensor.pin_memory()
 
     def is_pinned(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` lives in page-locked host memory."""
-        return tensor.device.type == "cpu" and tensor.is_pinned()
+        try:
+            return tensor.device.type == "cpu" and bool(tensor.is_pinned())
+        except RuntimeError:  # torch has no pinning hooks here: nothing can be pinned
+            return False
 
     def unpin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
         """A pageable version of ``tensor``: a copy if it was pinned, else itself."""

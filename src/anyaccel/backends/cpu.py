@@ -252,24 +252,8 @@ class CpuAccelerator(Accelerator):
 
     # ------------------------------------------------------------------ pinning & placement
     def _can_pin(self) -> bool:
+        """With no device to copy to, pinning buys nothing: tensors are returned as they are."""
         return False
-
-    def pin_memory(
-        self,
-        tensor: torch.Tensor,
-        align_bytes: int = 1,
-        make_copy: bool = True,
-        match_shape: bool = True,
-    ) -> torch.Tensor:
-        """The tensor itself: with no device to copy to, pinning buys nothing."""
-        return tensor
-
-    def is_pinned(self, tensor: torch.Tensor) -> bool:
-        """Whether torch reports ``tensor`` as page-locked (never, without an accelerator)."""
-        try:
-            return bool(tensor.is_pinned())
-        except RuntimeError:
-            return False
 
     def on_accelerator(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` is a CPU tensor."""

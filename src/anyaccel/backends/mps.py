@@ -202,14 +202,5 @@ class MpsAccelerator(TorchModuleAccelerator):
 
     # ------------------------------------------------------------------ pinning
     def _can_pin(self) -> bool:
+        """Unified memory needs no page-locking (and torch refuses it under MPS)."""
         return False
-
-    def pin_memory(
-        self,
-        tensor: torch.Tensor,
-        align_bytes: int = 1,
-        make_copy: bool = True,
-        match_shape: bool = True,
-    ) -> torch.Tensor:
-        """``tensor`` itself: unified memory needs no page-locking (torch refuses under MPS)."""
-        return tensor

@@ -247,22 +247,6 @@ class TorchModuleAccelerator(Accelerator):
         """Whether the device computes in float16."""
         return True
 
-    # ------------------------------------------------------------------ pinning
-    def _can_pin(self) -> bool:
-        return self.is_available()
-
-    def pin_memory(
-        self,
-        tensor: torch.Tensor,
-        align_bytes: int = 1,
-        make_copy: bool = True,
-        match_shape: bool = True,
-    ) -> torch.Tensor:
-        """A page-locked copy of a host tensor (the tensor itself if already pinned)."""
-        if tensor.device.type != "cpu" or tensor.is_pinned():
-            return tensor
-        return tensor.pin_memory()
-
     # ------------------------------------------------------------------ profiling & misc
     def range_push(self, msg: str, domain: str | None = None, category: str | None = None) -> Any:
         """Open a named range in the vendor profiler (``profiler_module_name``, e.g. ``nvtx``)."""
