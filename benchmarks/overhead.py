@@ -35,10 +35,22 @@ def bare_global() -> object:
     return _GLOBAL
 
 
-def per_call_ns(function: Callable[[], Any], number: int, repeat: int) -> float:
-    """Best-of-``repeat`` nanoseconds per call of ``function``."""
-    times = timeit.repeat(function, number=number, repeat=repeat)
-    return min(times) / number * 1e9
+def per_call_ns(
+    functions: list[Callable[[], Any] | None], number: int, repeat: int
+) -> list[float | None]:
+    """Best-of-``repeat`` nanoseconds per call of each function, timed interleaved.
+
+    Alternating the functions in every round keeps a drifting machine from favouring one.
+    """
+    best: list[float | None] = [None] * len(functions)
+    for _ in range(repeat):
+        for i, function in enumerate(functions):
+            if function is None:
+                continue
+            elapsed = timeit.timeit(function, number=number) / number * 1e9
+            previous = best[i]
+            best[i] = elapsed if previous is None else min(previous, elapsed)
+    return best
 
 
 def raw_calls(name: str) -> dict[str, Callable[[], Any]]:
@@ -94,13 +106,18 @@ def import_cost_ms(module: str, runs: int) -> tuple[float, float]:
         capture_output=True,
     )  # fmt: skip
     for _ in range(runs):
-        out = subprocess.run(
-            [sys.executable, "-c", IMPORT_PROBE.format(module=module)],
-            capture_output=True,
-            text=True,
-            check=True,
-            env=env,
-        ).stdout.split()
+        out = (
+            subprocess.run(
+                [sys.executable, "-c", IMPORT_PROBE.format(module=module)],
+                capture_output=True,
+                text=True,
+                check=True,
+                env=env,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+            .split()
+        )  # libraries may log lines before it
         torch_times.append(float(out[0]) * 1000)
         lib_times.append(float(out[1]) * 1000)
     return statistics.median(torch_times), statistics.median(lib_times)
@@ -130,31 +147,27 @@ def main() -> None:
     ds_acc = ds_get() if ds_get is not None else None
 
     rows: list[tuple[str, float, float, float | None, str]] = []
-    get = anyaccel.get_accelerator
-    base = per_call_ns(bare_global, number, repeat)
-    ours = per_call_ns(get, number, repeat)
-    ds = per_call_ns(ds_get, number, repeat) if ds_get is not None else None
-    rows.append(("get_accelerator() cached", ours, base, ds, "<= 1.3x"))
 
+    def measure(label: str, ours: Any, base: Any, theirs: Any, calls: int) -> None:
+        ours_ns, base_ns, ds_ns = per_call_ns([ours, base, theirs], calls, repeat)
+        assert ours_ns is not None and base_ns is not None
+        rows.append((label, ours_ns, base_ns, ds_ns, "<= 1.3x"))
+
+    measure("get_accelerator() cached", anyaccel.get_accelerator, bare_global, ds_get, number)
     raw = raw_calls(acc._name)
     wrapped = contract_calls(acc)
     theirs = contract_calls(ds_acc) if ds_acc is not None else {}
     for name, raw_call in raw.items():
-        base = per_call_ns(raw_call, number // 4, repeat)
-        ours = per_call_ns(wrapped[name], number // 4, repeat)
-        ds = per_call_ns(theirs[name], number // 4, repeat) if name in theirs else None
-        rows.append((f"{name}()", ours, base, ds, "<= 1.3x"))
+        measure(f"{name}()", wrapped[name], raw_call, theirs.get(name), number // 4)
 
     print(f"anyaccel {anyaccel.__version__}, torch {torch.__version__}, accelerator {acc._name}")
     print(f"deepspeed: {'installed' if ds_get else 'not installed (its column is empty)'}")
     print()
-    header = (
-        f"{'call':<28}{'anyaccel ns':>12}{'raw ns':>10}{'ratio':>8}{'deepspeed':>11}{'ratio':>8}"
-    )
-    print(header + "  goal")
+    header = f"{'call':<26}{'anyaccel ns':>13}{'raw ns':>12}{'ratio':>9}"
+    print(header + f"{'deepspeed ns':>14}{'ratio':>10}  goal")
     for label, ours, base, ds, goal in rows:
-        ds_cells = f"{ds:>11.1f}{ds / base:>7.2f}x" if ds is not None else f"{'-':>11}{'-':>8}"
-        print(f"{label:<28}{ours:>12.1f}{base:>10.1f}{ours / base:>7.2f}x{ds_cells}  {goal}")
+        ds_cells = f"{ds:>14.1f}{ds / base:>9.2f}x" if ds is not None else f"{'-':>14}{'-':>10}"
+        print(f"{label:<26}{ours:>13.1f}{base:>12.1f}{ours / base:>8.2f}x{ds_cells}  {goal}")
 
     torch_ms, ours_ms = import_cost_ms("anyaccel", runs)
     print()
