@@ -179,29 +179,21 @@ class TorchModuleAccelerator(Accelerator):
         """Peak of ``memory_allocated`` since start or the last reset."""
         return self._memory_figure("max_memory_allocated", device_index, "memory_allocated")
 
-    def reset_max_memory_allocated(self, device_index: int | None = None) -> None:
-        """Restart the peak that ``max_memory_allocated`` reports."""
-        function = self._optional("reset_max_memory_allocated")
+    def _reset_peak(self, name: str, device_index: int | None) -> None:
+        """Call the vendor's reset ``name``, or reset every peak where it has none."""
+        function = self._optional(name)
         if function is not None:
             function(device_index)
         else:
             self.reset_peak_memory_stats(device_index)
 
-    def memory_cached(self, device_index: int | None = None) -> int:
-        """Old name of ``memory_reserved``."""
-        return self.memory_reserved(device_index)
-
-    def max_memory_cached(self, device_index: int | None = None) -> int:
-        """Old name of ``max_memory_reserved``."""
-        return self.max_memory_reserved(device_index)
+    def reset_max_memory_allocated(self, device_index: int | None = None) -> None:
+        """Restart the peak that ``max_memory_allocated`` reports."""
+        self._reset_peak("reset_max_memory_allocated", device_index)
 
     def reset_max_memory_cached(self, device_index: int | None = None) -> None:
         """Restart the peak that ``max_memory_cached`` reports."""
-        function = self._optional("reset_max_memory_cached")
-        if function is not None:
-            function(device_index)
-        else:
-            self.reset_peak_memory_stats(device_index)
+        self._reset_peak("reset_max_memory_cached", device_index)
 
     def memory_stats(self, device_index: int | None = None) -> dict[str, Any]:
         """The vendor allocator's statistics."""
