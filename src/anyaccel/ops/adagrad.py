@@ -8,13 +8,14 @@ import torch
 from torch.optim.optimizer import ParamsT
 
 from anyaccel.ops.cpu.cpu_adagrad import CPUAdagradBuilder
-from anyaccel.ops.host_optimizer import HostOptimizer, copy_address
+from anyaccel.ops.host_optimizer import HostOptimizer, check_nonnegative, require_fp32_states
 
 
 class CPUAdagrad(HostOptimizer):
     """Adagrad with ``torch.optim.Adagrad``'s arguments and semantics."""
 
     builder_class = CPUAdagradBuilder
+    kernel_function = "adagrad_step"
 
     def __init__(
         self,
@@ -34,8 +35,7 @@ class CPUAdagrad(HostOptimizer):
             ("weight_decay", weight_decay),
             ("initial_accumulator_value", initial_accumulator_value),
         ):
-            if not value >= 0.0:
-                raise ValueError(f"invalid {label} value: {value}")
+            check_nonnegative(f"{label} value", value)
         defaults = {
             "lr": lr,
             "lr_decay": lr_decay,
@@ -46,39 +46,22 @@ class CPUAdagrad(HostOptimizer):
         }
         super().__init__(params, defaults)
 
-    def _update(
-        self,
-        param: torch.Tensor,
-        grad: torch.Tensor,
-        state: dict[str, Any],
-        group: dict[str, Any],
-        copy: torch.Tensor | None,
-        threads: int,
-    ) -> None:
-        """One fused Adagrad step for ``param``, its sum of squares and its optional copy."""
-        if "sum" not in state:
-            state["sum"] = torch.full_like(
-                param,
-                float(group["initial_accumulator_value"]),
-                memory_format=torch.contiguous_format,
-            )
-        state_sum = self._state_tensor(param, state, "sum")
-        step = self._next_step(state)
-        copy_ptr, copy_kind = copy_address(copy)
-        self.kernel.adagrad_step(
-            param.data_ptr(),
-            grad.data_ptr(),
-            state_sum.data_ptr(),
-            copy_ptr,
-            copy_kind,
-            param.numel(),
+    def _state_addresses(
+        self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
+    ) -> tuple[int, ...]:
+        """The sum of squared gradients, starting at ``initial_accumulator_value``."""
+        initial = float(group["initial_accumulator_value"])
+        return (self._state_tensor(param, state, "sum", initial).data_ptr(),)
+
+    def _scalars(self, group: dict[str, Any], step: int) -> tuple[float | int | bool, ...]:
+        """Adagrad's step count and hyperparameters, in ``adagrad_step``'s order."""
+        return (
             step,
             float(group["lr"]),
             float(group["lr_decay"]),
             float(group["eps"]),
             float(group["weight_decay"]),
             bool(group["maximize"]),
-            threads,
         )
 
 
@@ -96,9 +79,5 @@ class DeepSpeedCPUAdagrad(CPUAdagrad):
     ) -> None:
         if amsgrad:
             raise ValueError("Adagrad has no amsgrad variant; pass amsgrad=False")
-        if not fp32_optimizer_states:
-            raise ValueError(
-                "fp32_optimizer_states=False is not supported: anyaccel keeps optimizer "
-                "states in fp32; pass fp32_optimizer_states=True"
-            )
+        require_fp32_states(fp32_optimizer_states)
         super().__init__(model_params, lr=lr, eps=eps, weight_decay=weight_decay)

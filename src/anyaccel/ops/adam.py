@@ -11,26 +11,19 @@ import torch
 from torch.optim.optimizer import ParamsT
 
 from anyaccel.ops.cpu.cpu_adam import CPUAdamBuilder
-from anyaccel.ops.host_optimizer import HostOptimizer, copy_address
-
-
-def _check_hyperparameters(lr: float, betas: tuple[float, float], eps: float, wd: float) -> None:
-    """Reject hyperparameters torch's Adam would reject, naming the bad value."""
-    if not float(lr) >= 0.0:
-        raise ValueError(f"invalid learning rate: {lr}")
-    if not eps >= 0.0:
-        raise ValueError(f"invalid epsilon value: {eps}")
-    for index, beta in enumerate(betas):
-        if not 0.0 <= beta < 1.0:
-            raise ValueError(f"invalid beta parameter at index {index}: {beta}")
-    if not wd >= 0.0:
-        raise ValueError(f"invalid weight_decay value: {wd}")
+from anyaccel.ops.host_optimizer import (
+    HostOptimizer,
+    check_betas,
+    check_nonnegative,
+    require_fp32_states,
+)
 
 
 class CPUAdam(HostOptimizer):
     """Adam (L2 weight decay) with torch's arguments; ``adamw_mode=True`` decouples the decay."""
 
     builder_class = CPUAdamBuilder
+    kernel_function = "adam_step"
 
     def __init__(
         self,
@@ -45,7 +38,11 @@ class CPUAdam(HostOptimizer):
         adamw_mode: bool = False,
         bias_correction: bool = True,
     ) -> None:
-        _check_hyperparameters(lr, betas, eps, weight_decay)
+        if not float(lr) >= 0.0:  # through float(), as CPUAdam always has checked lr
+            raise ValueError(f"invalid learning rate: {lr}")
+        check_nonnegative("epsilon value", eps)
+        check_betas(betas)
+        check_nonnegative("weight_decay value", weight_decay)
         defaults = {
             "lr": lr,
             "betas": betas,
@@ -58,33 +55,21 @@ class CPUAdam(HostOptimizer):
         }
         super().__init__(params, defaults)
 
-    def _update(
-        self,
-        param: torch.Tensor,
-        grad: torch.Tensor,
-        state: dict[str, Any],
-        group: dict[str, Any],
-        copy: torch.Tensor | None,
-        threads: int,
-    ) -> None:
-        """One fused Adam(W) step for ``param``, its moments and its optional copy."""
+    def _state_addresses(
+        self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
+    ) -> tuple[int, ...]:
+        """The first and second moments, and the running maximum of the second under amsgrad."""
         exp_avg = self._state_tensor(param, state, "exp_avg")
         exp_avg_sq = self._state_tensor(param, state, "exp_avg_sq")
         max_address = 0
         if group["amsgrad"]:
             max_address = self._state_tensor(param, state, "max_exp_avg_sq").data_ptr()
-        step = self._next_step(state)
-        copy_ptr, copy_kind = copy_address(copy)
+        return exp_avg.data_ptr(), exp_avg_sq.data_ptr(), max_address
+
+    def _scalars(self, group: dict[str, Any], step: int) -> tuple[float | int | bool, ...]:
+        """Adam(W)'s step count and hyperparameters, in ``adam_step``'s order."""
         beta1, beta2 = group["betas"]
-        self.kernel.adam_step(
-            param.data_ptr(),
-            grad.data_ptr(),
-            exp_avg.data_ptr(),
-            exp_avg_sq.data_ptr(),
-            max_address,
-            copy_ptr,
-            copy_kind,
-            param.numel(),
+        return (
             step,
             float(group["lr"]),
             float(beta1),
@@ -94,7 +79,6 @@ class CPUAdam(HostOptimizer):
             bool(group["adamw_mode"]),
             bool(group["bias_correction"]),
             bool(group["maximize"]),
-            threads,
         )
 
 
@@ -132,11 +116,7 @@ class DeepSpeedCPUAdam(CPUAdam):
         adamw_mode: bool = True,
         fp32_optimizer_states: bool = True,
     ) -> None:
-        if not fp32_optimizer_states:
-            raise ValueError(
-                "fp32_optimizer_states=False is not supported: anyaccel keeps optimizer "
-                "states in fp32; pass fp32_optimizer_states=True"
-            )
+        require_fp32_states(fp32_optimizer_states)
         super().__init__(
             model_params,
             lr,

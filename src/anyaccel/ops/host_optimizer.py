@@ -23,25 +23,35 @@ CopyGroups = Sequence[Sequence[torch.Tensor | None]] | Sequence[torch.Tensor | N
 
 
 class HostOptimizer(torch.optim.Optimizer):
-    """A ``torch.optim.Optimizer`` whose update runs in a compiled CPU kernel."""
+    """A ``torch.optim.Optimizer`` whose update runs in a compiled CPU kernel.
+
+    A subclass names its builder and kernel function, validates its hyperparameters, and says
+    which state tensors (``_state_addresses``) and scalars (``_scalars``) its kernel takes.
+    """
 
     #: The builder of the kernel this optimizer calls.
     builder_class: ClassVar[type[OpBuilder]]
+    #: The name of the kernel's step function, e.g. ``"adam_step"``.
+    kernel_function: ClassVar[str]
 
     def __init__(self, params: ParamsT, defaults: dict[str, Any]) -> None:
         super().__init__(params, defaults)
         self.kernel: ModuleType = self.builder_class().load()
 
-    def _update(
-        self,
-        param: torch.Tensor,
-        grad: torch.Tensor,
-        state: dict[str, Any],
-        group: dict[str, Any],
-        copy: torch.Tensor | None,
-        threads: int,
-    ) -> None:
-        """Apply one step to ``param`` (and ``copy``) in place (implemented per optimizer)."""
+    def _state_addresses(
+        self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
+    ) -> tuple[int, ...]:
+        """The addresses of ``param``'s state tensors in the kernel's order, creating any absent.
+
+        0 stands for a state the group does not use. Implemented per optimizer.
+        """
+        raise NotImplementedError
+
+    def _scalars(self, group: dict[str, Any], step: int) -> tuple[float | int | bool, ...]:
+        """The kernel's arguments between the element count and the thread count.
+
+        ``step`` is this parameter's step count after the increment. Implemented per optimizer.
+        """
         raise NotImplementedError
 
     @torch.no_grad()
@@ -57,6 +67,7 @@ class HostOptimizer(torch.optim.Optimizer):
                 loss = closure()
         copies = self._copies_by_group(fp16_param_groups)
         threads = torch.get_num_threads()
+        kernel_step = getattr(self.kernel, self.kernel_function)
         for group_index, group in enumerate(self.param_groups):
             for key, default in self.defaults.items():
                 group.setdefault(key, default)
@@ -66,7 +77,21 @@ class HostOptimizer(torch.optim.Optimizer):
                 copy = copies[group_index][param_index] if copies is not None else None
                 grad = _dense_fp32_grad(param)
                 _check_param(param, copy)
-                self._update(param, grad, self.state[param], group, copy, threads)
+                state = self.state[param]
+                addresses = self._state_addresses(param, state, group)
+                step = self._next_step(state)
+                copy_ptr, copy_kind = copy_address(copy)
+                # Every kernel takes (param, grad, *states, copy, kind, numel, *scalars, threads).
+                kernel_step(
+                    param.data_ptr(),
+                    grad.data_ptr(),
+                    *addresses,
+                    copy_ptr,
+                    copy_kind,
+                    param.numel(),
+                    *self._scalars(group, step),
+                    threads,
+                )
         return loss
 
     def _copies_by_group(
@@ -92,11 +117,13 @@ class HostOptimizer(torch.optim.Optimizer):
         return grouped  # type: ignore[return-value]
 
     @staticmethod
-    def _state_tensor(param: torch.Tensor, state: dict[str, Any], key: str) -> torch.Tensor:
-        """``state[key]`` as a contiguous fp32 tensor shaped like ``param`` (zeros if absent)."""
+    def _state_tensor(
+        param: torch.Tensor, state: dict[str, Any], key: str, initial: float = 0.0
+    ) -> torch.Tensor:
+        """``state[key]`` as a contiguous fp32 tensor like ``param`` (all ``initial`` if absent)."""
         value = state.get(key)
         if not isinstance(value, torch.Tensor):
-            value = torch.zeros_like(param, memory_format=torch.contiguous_format)
+            value = torch.full_like(param, initial, memory_format=torch.contiguous_format)
             state[key] = value
         elif not value.is_contiguous() or value.dtype != torch.float32:
             value = value.to(torch.float32).contiguous()
@@ -112,6 +139,28 @@ class HostOptimizer(torch.optim.Optimizer):
             state["step"] = step
         step += 1
         return int(step.item())
+
+
+def check_nonnegative(label: str, value: float) -> None:
+    """Reject a negative (or NaN) hyperparameter, as torch's optimizers do, naming it."""
+    if not value >= 0.0:
+        raise ValueError(f"invalid {label}: {value}")
+
+
+def check_betas(betas: tuple[float, float]) -> None:
+    """Reject betas outside ``[0, 1)``, as torch's optimizers do, naming the bad one."""
+    for index, beta in enumerate(betas):
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"invalid beta parameter at index {index}: {beta}")
+
+
+def require_fp32_states(fp32_optimizer_states: bool) -> None:
+    """Refuse DeepSpeed's ``fp32_optimizer_states=False``: the kernels keep fp32 states."""
+    if not fp32_optimizer_states:
+        raise ValueError(
+            "fp32_optimizer_states=False is not supported: anyaccel keeps optimizer "
+            "states in fp32; pass fp32_optimizer_states=True"
+        )
 
 
 def copy_address(copy: torch.Tensor | None) -> tuple[int, int]:

@@ -8,13 +8,19 @@ import torch
 from torch.optim.optimizer import ParamsT
 
 from anyaccel.ops.cpu.cpu_lion import CPULionBuilder
-from anyaccel.ops.host_optimizer import HostOptimizer, copy_address
+from anyaccel.ops.host_optimizer import (
+    HostOptimizer,
+    check_betas,
+    check_nonnegative,
+    require_fp32_states,
+)
 
 
 class CPULion(HostOptimizer):
     """Lion: ``p -= lr * sign(beta1 m + (1 - beta1) g)``, decoupled weight decay."""
 
     builder_class = CPULionBuilder
+    kernel_function = "lion_step"
 
     def __init__(
         self,
@@ -25,43 +31,27 @@ class CPULion(HostOptimizer):
         *,
         maximize: bool = False,
     ) -> None:
-        if not lr >= 0.0:
-            raise ValueError(f"invalid learning rate: {lr}")
-        for index, beta in enumerate(betas):
-            if not 0.0 <= beta < 1.0:
-                raise ValueError(f"invalid beta parameter at index {index}: {beta}")
-        if not weight_decay >= 0.0:
-            raise ValueError(f"invalid weight_decay value: {weight_decay}")
+        check_nonnegative("learning rate", lr)
+        check_betas(betas)
+        check_nonnegative("weight_decay value", weight_decay)
         defaults = {"lr": lr, "betas": betas, "weight_decay": weight_decay, "maximize": maximize}
         super().__init__(params, defaults)
 
-    def _update(
-        self,
-        param: torch.Tensor,
-        grad: torch.Tensor,
-        state: dict[str, Any],
-        group: dict[str, Any],
-        copy: torch.Tensor | None,
-        threads: int,
-    ) -> None:
-        """One fused Lion step for ``param``, its momentum and its optional copy."""
-        exp_avg = self._state_tensor(param, state, "exp_avg")
-        self._next_step(state)
-        copy_ptr, copy_kind = copy_address(copy)
+    def _state_addresses(
+        self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
+    ) -> tuple[int, ...]:
+        """The momentum."""
+        return (self._state_tensor(param, state, "exp_avg").data_ptr(),)
+
+    def _scalars(self, group: dict[str, Any], step: int) -> tuple[float | int | bool, ...]:
+        """Lion's hyperparameters, in ``lion_step``'s order (it takes no step count)."""
         beta1, beta2 = group["betas"]
-        self.kernel.lion_step(
-            param.data_ptr(),
-            grad.data_ptr(),
-            exp_avg.data_ptr(),
-            copy_ptr,
-            copy_kind,
-            param.numel(),
+        return (
             float(group["lr"]),
             float(beta1),
             float(beta2),
             float(group["weight_decay"]),
             bool(group["maximize"]),
-            threads,
         )
 
 
@@ -76,9 +66,5 @@ class DeepSpeedCPULion(CPULion):
         weight_decay: float = 0.0,
         fp32_optimizer_states: bool = True,
     ) -> None:
-        if not fp32_optimizer_states:
-            raise ValueError(
-                "fp32_optimizer_states=False is not supported: anyaccel keeps optimizer "
-                "states in fp32; pass fp32_optimizer_states=True"
-            )
+        require_fp32_states(fp32_optimizer_states)
         super().__init__(model_params, lr=lr, betas=betas, weight_decay=weight_decay)
