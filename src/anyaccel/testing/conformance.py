@@ -153,58 +153,50 @@ _INT_METHODS = ("current_device", "device_count", "initial_seed", "pin_memory_al
 _STR_LIST_METHODS = ("export_envs", "visible_devices_envs")
 
 
+def _is_str_list(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _is_dtype_list(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(d, torch.dtype) for d in value)
+
+
+#: (method names, test of the returned value, the kind wanted) for ``check_return_types``.
+_RETURN_KINDS: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
+    (_BOOL_METHODS, lambda v: isinstance(v, bool), "bool"),
+    (_INT_METHODS, _is_int, "int"),
+    (_STR_LIST_METHODS, _is_str_list, "a list of str"),
+    (
+        ("device_name", "current_device_name", "communication_backend_name"),
+        lambda v: isinstance(v, str),
+        "str",
+    ),
+    (("supported_dtypes",), _is_dtype_list, "a list of dtypes"),
+    (("random",), lambda v: isinstance(v, types.ModuleType), "module"),
+    (("get_compile_backend",), lambda v: v is None or isinstance(v, str), "str or None"),
+    (("device",), lambda v: isinstance(v, torch.device), "torch.device"),
+    (("build_extension",), inspect.isclass, "a class"),
+)
+
+
 def check_return_types(acc: Any) -> list[str]:
     """Methods return the kinds the contract names (an int index is an int, not a device)."""
     found = _Findings()
-    for name in _BOOL_METHODS:
-        ok, value = found.call(f"{name}()", getattr(acc, name))
-        if ok:
-            found.expect(isinstance(value, bool), f"{name}() returned {_kind(value)}; want bool")
-    for name in _INT_METHODS:
-        ok, value = found.call(f"{name}()", getattr(acc, name))
-        if ok:
-            found.expect(_is_int(value), f"{name}() returned {_kind(value)}; want int")
-    for name in _STR_LIST_METHODS:
-        ok, value = found.call(f"{name}()", getattr(acc, name))
-        if ok:
-            good = isinstance(value, list) and all(isinstance(v, str) for v in value)
-            found.expect(good, f"{name}() returned {_kind(value)}; want a list of str")
-    for name in ("device_name", "current_device_name", "communication_backend_name"):
-        ok, value = found.call(f"{name}()", getattr(acc, name))
-        if ok:
-            found.expect(isinstance(value, str), f"{name}() returned {_kind(value)}; want str")
-    ok, value = found.call("device_count()", acc.device_count)
-    if ok and _is_int(value):
-        found.expect(value >= 0, f"device_count() returned {value}; want >= 0")
-    ok, value = found.call("supported_dtypes()", acc.supported_dtypes)
-    if ok:
-        good = isinstance(value, list) and all(isinstance(d, torch.dtype) for d in value)
-        found.expect(good, f"supported_dtypes() returned {_kind(value)}; want a list of dtypes")
-        if good:
-            found.expect(
-                bool(value) and value[0] == torch.float32,
-                f"supported_dtypes() is {value}; want torch.float32 first",
-            )
-    ok, value = found.call("random()", acc.random)
-    if ok:
+    values: dict[str, Any] = {}
+    for names, accepts, want in _RETURN_KINDS:
+        for name in names:
+            ok, value = found.call(f"{name}()", getattr(acc, name))
+            if ok:
+                found.expect(accepts(value), f"{name}() returned {_kind(value)}; want {want}")
+                values[name] = value
+    count = values.get("device_count")
+    if isinstance(count, int) and _is_int(count):
+        found.expect(count >= 0, f"device_count() returned {count}; want >= 0")
+    dtypes = values.get("supported_dtypes")
+    if isinstance(dtypes, list) and _is_dtype_list(dtypes):
         found.expect(
-            isinstance(value, types.ModuleType), f"random() returned {_kind(value)}; want module"
-        )
-    ok, value = found.call("get_compile_backend()", acc.get_compile_backend)
-    if ok:
-        found.expect(
-            value is None or isinstance(value, str),
-            f"get_compile_backend() returned {_kind(value)}; want str or None",
-        )
-    ok, value = found.call("device()", acc.device)
-    if ok:
-        found.expect(
-            isinstance(value, torch.device), f"device() returned {_kind(value)}; want torch.device"
-        )
-    ok, value = found.call("build_extension()", acc.build_extension)
-    if ok:
-        found.expect(
-            inspect.isclass(value), f"build_extension() returned {_kind(value)}; want a class"
+            bool(dtypes) and dtypes[0] == torch.float32,
+            f"supported_dtypes() is {dtypes}; want torch.float32 first",
         )
     return found.messages
 
