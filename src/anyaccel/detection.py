@@ -37,6 +37,7 @@ __all__ = [
     "ProbeRecord",
     "detect_accelerator",
     "detection_report",
+    "forced_name",
     "get_accelerator",
     "is_current_accelerator_supported",
     "package_installed",
@@ -355,7 +356,8 @@ def _instantiate(candidate: BackendCandidate) -> Accelerator:
     return _validated(accelerator)
 
 
-def _forced_name() -> str | None:
+def forced_name() -> str | None:
+    """The backend name ``DS_ACCELERATOR`` forces (normalised), or ``None``."""
     value = os.environ.get(FORCE_ENV)
     if value is None or not value.strip():
         return None
@@ -399,7 +401,7 @@ def detect_accelerator(*, probe_all: bool = False) -> tuple[Accelerator, Detecti
     candidates after the chosen one are probed too, so the trace shows everything present.
     """
     start = time.perf_counter()
-    forced = _forced_name()
+    forced = forced_name()
     candidates = registered_backends()
     if forced is not None:
         candidates = tuple(c for c in candidates if c.name == forced)

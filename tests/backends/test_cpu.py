@@ -41,7 +41,7 @@ def test_communication_backend_is_gloo_without_oneccl(acc: CpuAccelerator) -> No
 def test_communication_backend_is_ccl_when_bindings_import(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(cpu_module, "_ccl_backend_available", lambda: True)
+    monkeypatch.setattr(cpu_module, "ccl_backend_available", lambda: True)
     assert CpuAccelerator().communication_backend_name() == "ccl"
 
 

@@ -55,7 +55,7 @@ def _local_size() -> int | None:
     return size
 
 
-def _ccl_backend_available() -> bool:
+def ccl_backend_available() -> bool:
     """Whether oneCCL bindings import, which registers the ``ccl`` collective backend."""
     if not package_installed("oneccl_bindings_for_pytorch"):
         return False
@@ -87,7 +87,7 @@ class CpuAccelerator(Accelerator):
     export_env_prefixes = ()
 
     def __init__(self) -> None:
-        self._communication_backend_name = "ccl" if _ccl_backend_available() else "gloo"
+        self._communication_backend_name = "ccl" if ccl_backend_available() else "gloo"
         size = _local_size()
         self._device_count = size if size is not None else numa_node_count()
         self._peak_rss_fallback = 0

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from anyaccel.backends.runtime_probe import visibility_note
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.detection import ProbeOutcome, package_installed
 
@@ -36,8 +37,7 @@ def probe() -> ProbeOutcome:
         )
     count = torch.cuda.device_count()
     if count <= 0:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        where = f" with CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else ""
+        where = visibility_note("CUDA_VISIBLE_DEVICES")
         runtime = torch.version.hip or torch.version.cuda
         return ProbeOutcome.no_device(
             f"torch {version} ({backend} {runtime}) sees no GPU{where}",

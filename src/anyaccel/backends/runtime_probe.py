@@ -85,6 +85,12 @@ def _not_found_error(error: BaseException, package: str) -> bool:
     return package == cause.name or package.startswith(cause.name + ".")
 
 
+def visibility_note(env_name: str) -> str:
+    """`` with VAR='value'`` when the visible-devices variable is set (it may hide devices)."""
+    value = os.environ.get(env_name)
+    return f" with {env_name}={value!r}" if value is not None else ""
+
+
 def probe_device_runtime(
     *,
     package: str,
@@ -123,9 +129,7 @@ def probe_device_runtime(
         )
     count = int(module.device_count())
     if count <= 0:
-        where = ""
-        if visible_env is not None and visible_env in os.environ:
-            where = f" with {visible_env}={os.environ[visible_env]!r}"
+        where = visibility_note(visible_env) if visible_env is not None else ""
         return ProbeOutcome.no_device(
             f"{package} imports but sees no {vendor} device{where}",
             f"Check that the {vendor} driver is loaded and sees the device"

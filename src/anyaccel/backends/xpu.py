@@ -14,17 +14,20 @@ natively lacks ``memory_cached``-style names (the base maps them to ``memory_res
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from anyaccel.backends.cpu import _ccl_backend_available
-from anyaccel.backends.runtime_probe import import_runtime, probe_device_runtime
+from anyaccel.backends.cpu import ccl_backend_available
+from anyaccel.backends.runtime_probe import (
+    import_runtime,
+    probe_device_runtime,
+    visibility_note,
+)
 from anyaccel.backends.torch_module import TorchModuleAccelerator
-from anyaccel.detection import FORCE_ENV, ProbeOutcome, package_installed
+from anyaccel.detection import FORCE_ENV, ProbeOutcome, forced_name, package_installed
 
 __all__ = [
     "IpexXpuAccelerator",
@@ -116,14 +119,13 @@ def probe_native() -> ProbeOutcome:
         )
     count = int(module.device_count())
     if count <= 0:
-        mask = os.environ.get("ZE_AFFINITY_MASK")
-        where = f" with ZE_AFFINITY_MASK={mask!r}" if mask is not None else ""
+        where = visibility_note("ZE_AFFINITY_MASK")
         return ProbeOutcome.no_device(
             f"torch {torch.__version__} supports XPU but sees no Intel GPU{where}",
             "Check that the Intel GPU driver (Level Zero) is installed and that "
             "ZE_AFFINITY_MASK does not hide the device.",
         )
-    forced = os.environ.get(FORCE_ENV, "").strip().lower() == "xpu"
+    forced = forced_name() == "xpu"
     cuda = _cuda_device_count() if not forced else 0
     if cuda > 0:
         return ProbeOutcome.no_device(
@@ -148,7 +150,7 @@ class XpuAccelerator(TorchModuleAccelerator):
 
     def __init__(self, device_module: Any | None = None) -> None:
         super().__init__(device_module)
-        self._communication_backend_name = "ccl" if _ccl_backend_available() else "xccl"
+        self._communication_backend_name = "ccl" if ccl_backend_available() else "xccl"
 
     def random(self) -> Any:
         """``torch.xpu.random`` where the runtime has it, else ``torch.random``."""
