@@ -57,6 +57,7 @@ class CudaAccelerator(TorchModuleAccelerator):
     graph_class_name = "CUDAGraph"
     supports_nvtx_domain = True
     export_env_prefixes = ("NCCL",)
+    host_registration = ("cudart", "cudaHostRegister", "cudaHostUnregister", 0)
 
     def __init__(self, device_module: Any | None = None) -> None:
         super().__init__(device_module)
@@ -104,21 +105,6 @@ class CudaAccelerator(TorchModuleAccelerator):
         if self.is_rocm or not self.is_triton_supported():
             return False
         return not hasattr(torch, "_grouped_mm") or self._capability_major() < 9
-
-    # ------------------------------------------------------------------ host memory
-    def register_host_memory(self, address: int, num_bytes: int) -> bool:
-        """Page-lock an existing host buffer with ``cudaHostRegister``."""
-        if not self.is_available():
-            return False
-        status = self._module.cudart().cudaHostRegister(address, num_bytes, 0)
-        return int(status) == 0
-
-    def unregister_host_memory(self, address: int) -> bool:
-        """Undo ``register_host_memory`` with ``cudaHostUnregister``."""
-        if not self.is_available():
-            return False
-        status = self._module.cudart().cudaHostUnregister(address)
-        return int(status) == 0
 
     # ------------------------------------------------------------------ profiling
     def range_push(self, msg: str, domain: str | None = None, category: str | None = None) -> Any:

@@ -71,22 +71,9 @@ class NpuAccelerator(TorchModuleAccelerator):
     profiler_module_name = "mstx"
     visible_devices_env_names = ("ASCEND_RT_VISIBLE_DEVICES",)
     export_env_prefixes = ("ASCEND", "HCCL", "LD_LIBRARY", "PATH")
+    host_registration = ("npurt", "npuHostRegister", "npuHostUnregister", _ACL_HOST_REGISTER_MAPPED)
 
     # ------------------------------------------------------------------ host memory
     def pin_memory_alignment(self) -> int:
         """Mapped host registration needs 4 KiB-aligned addresses."""
         return 4096
-
-    def register_host_memory(self, address: int, num_bytes: int) -> bool:
-        """Page-lock and map an existing host buffer with ``npuHostRegister``."""
-        if not self.is_available():
-            return False
-        status = self._module.npurt().npuHostRegister(address, num_bytes, _ACL_HOST_REGISTER_MAPPED)
-        return int(status) == 0
-
-    def unregister_host_memory(self, address: int) -> bool:
-        """Undo ``register_host_memory`` with ``npuHostUnregister``."""
-        if not self.is_available():
-            return False
-        status = self._module.npurt().npuHostUnregister(address)
-        return int(status) == 0

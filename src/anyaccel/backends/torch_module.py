@@ -29,6 +29,10 @@ class TorchModuleAccelerator(Accelerator):
     device_module_name: ClassVar[str] = ""
     #: Package to import first so that it attaches the device module (e.g. ``"torch_npu"``).
     runtime_package: ClassVar[str | None] = None
+    #: Host-memory registration: (runtime handle function in the device module, register
+    #: function, unregister function, register flags), e.g. ``torch.cuda.cudart()``'s
+    #: ``cudaHostRegister``; ``None`` where the vendor offers none.
+    host_registration: ClassVar[tuple[str, str, str, int] | None] = None
     #: Name of the graph class in the device module (``"CUDAGraph"``), or ``None``.
     graph_class_name: ClassVar[str | None] = None
     #: Attribute of the device module with ``range_push``/``range_pop`` (``"nvtx"``), or ``None``.
@@ -238,6 +242,27 @@ class TorchModuleAccelerator(Accelerator):
     def is_fp16_supported(self) -> bool:
         """Whether the device computes in float16."""
         return True
+
+    # ------------------------------------------------------------------ host memory
+    def _host_runtime(self) -> Any | None:
+        if self.host_registration is None or not self.is_available():
+            return None
+        return getattr(self._module, self.host_registration[0])()
+
+    def register_host_memory(self, address: int, num_bytes: int) -> bool:
+        """Page-lock an existing host buffer through the vendor runtime; whether it worked."""
+        runtime = self._host_runtime()
+        if runtime is None or self.host_registration is None:
+            return False
+        _, register, _, flags = self.host_registration
+        return int(getattr(runtime, register)(address, num_bytes, flags)) == 0
+
+    def unregister_host_memory(self, address: int) -> bool:
+        """Undo ``register_host_memory``; whether anything was unlocked."""
+        runtime = self._host_runtime()
+        if runtime is None or self.host_registration is None:
+            return False
+        return int(getattr(runtime, self.host_registration[2])(address)) == 0
 
     # ------------------------------------------------------------------ profiling & misc
     def range_push(self, msg: str, domain: str | None = None, category: str | None = None) -> Any:
