@@ -9,7 +9,10 @@ __all__ = [
     "AcceleratorError",
     "AcceleratorUnavailableError",
     "CpuFallbackWarning",
+    "DuplicateBackendError",
     "InvalidAcceleratorError",
+    "InvalidSettingError",
+    "ReentrantDetectionError",
     "UnknownAcceleratorError",
     "UnsupportedFeatureError",
 ]
@@ -56,6 +59,18 @@ class AcceleratorUnavailableError(AcceleratorError):
 
 class InvalidAcceleratorError(AcceleratorError, TypeError):
     """An object passed as an accelerator that does not satisfy the contract."""
+
+
+class DuplicateBackendError(AcceleratorError, ValueError):
+    """``register_backend`` was asked to add a name that is taken, without ``override=True``."""
+
+
+class InvalidSettingError(AcceleratorError, ValueError):
+    """An anyaccel environment variable holds a value anyaccel cannot use."""
+
+
+class ReentrantDetectionError(AcceleratorError):
+    """The accelerator was asked for from code that runs inside detection (a plugin's probe)."""
 
 
 class UnsupportedFeatureError(AcceleratorError, NotImplementedError):

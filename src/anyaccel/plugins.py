@@ -2,7 +2,7 @@
 
 A vendor package declares ``name = "package.module:Class"`` in that group; the class may set
 ``detection_priority`` (an int, ``"before:cuda"`` or ``"after:npu"``; default ``"before:cuda"``)
-and a ``probe()`` static method returning a :class:`~anyaccel.detection.ProbeOutcome`.
+and a ``probe()`` static method returning a :class:`~anyaccel.probe.ProbeOutcome`.
 Plugins load lazily, the first time the registry is read, never at ``import anyaccel``.
 
 Rules: ``ANYACCEL_PLUGINS`` (comma-separated entry-point or distribution names; empty or
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from anyaccel.abstract import Accelerator
-from anyaccel.detection import BackendCandidate, ProbeOutcome
 from anyaccel.errors import AcceleratorError
+from anyaccel.probe import BackendCandidate, PluginState, ProbeOutcome
 
 __all__ = [
     "ALLOW_ENV",
@@ -76,7 +76,7 @@ class PluginStatus:
     name: str
     value: str
     distribution: str
-    state: str
+    state: PluginState
     """``"loaded"``, ``"broken"``, ``"rejected"`` or ``"not allowed"``."""
     detail: str = ""
 
@@ -249,19 +249,23 @@ def plugin_candidates(
             continue  # the same entry point seen twice on sys.path
         seen.add((ep.name, ep.value))
 
-        def status(state: str, detail: str = "", ep: Any = ep, dist: str = distribution) -> None:
+        def status(
+            state: PluginState, detail: str = "", ep: Any = ep, dist: str = distribution
+        ) -> None:
             _statuses.append(PluginStatus(ep.name, ep.value, dist, state, detail))
 
         if not _allowed(ep, allowed):
-            status("not allowed", f"{ALLOW_ENV}={os.environ.get(ALLOW_ENV, '')!r}")
+            status(PluginState.NOT_ALLOWED, f"{ALLOW_ENV}={os.environ.get(ALLOW_ENV, '')!r}")
             logger.debug("plugin %s (%s) not in %s; not loaded", ep.name, distribution, ALLOW_ENV)
             continue
         problem = _naming_problem(ep.name, reserved, by_name[ep.name])
         if problem is not None:
-            status("rejected", problem)
+            status(PluginState.REJECTED, problem)
             warnings.warn(f"{problem}; it is not loaded", PluginWarning, stacklevel=3)
             if _NAME_PATTERN.fullmatch(ep.name):  # a row in the trace under the claimed name
-                result.append(_failed_candidate(ep.name, distribution, "rejected: " + problem))
+                result.append(
+                    _failed_candidate(ep.name, distribution, "rejected: " + problem, existing)
+                )
             continue
         try:
             candidate = _load(ep, distribution, existing)
@@ -269,11 +273,11 @@ def plugin_candidates(
             detail = f"plugin {ep.name!r} ({distribution}, {ep.value}) failed to load: " + (
                 str(error) if isinstance(error, PluginError) else f"{type(error).__name__}: {error}"
             )
-            status("broken", detail)
+            status(PluginState.BROKEN, detail)
             warnings.warn(f"{detail}; passing over it", PluginWarning, stacklevel=3)
-            result.append(_failed_candidate(ep.name, distribution, detail))
+            result.append(_failed_candidate(ep.name, distribution, detail, existing))
             continue
-        status("loaded", f"priority {candidate.priority}")
+        status(PluginState.LOADED, f"priority {candidate.priority}")
         result.append(candidate)
     return result
 
@@ -298,22 +302,22 @@ def _naming_problem(name: str, reserved: set[str], claims: set[str]) -> str | No
     return None
 
 
-def _failed_candidate(name: str, distribution: str, reason: str) -> BackendCandidate:
+def _failed_candidate(
+    name: str, distribution: str, reason: str, existing: Sequence[BackendCandidate]
+) -> BackendCandidate:
     return BackendCandidate(
         name,
         _label(name, distribution),
-        _fallback_priority(),
+        _fallback_priority(existing),
         _broken_probe(reason, f"Fix or uninstall {distribution}, or leave it out of {ALLOW_ENV}."),
         _cannot_create,
         origin=distribution,
     )
 
 
-def _fallback_priority() -> int:
-    from anyaccel.detection import _BUILTIN_CANDIDATES
-
+def _fallback_priority(existing: Sequence[BackendCandidate]) -> int:
     try:
-        return resolve_priority(DEFAULT_PRIORITY, _BUILTIN_CANDIDATES)
+        return resolve_priority(DEFAULT_PRIORITY, [c for c in existing if c.is_builtin])
     except PluginError:
         return 899
 
@@ -331,7 +335,7 @@ def _load(
     try:
         priority = resolve_priority(spec, existing)
     except UnknownPriorityTargetError as error:
-        priority = _fallback_priority()
+        priority = _fallback_priority(existing)
         warnings.warn(
             f"plugin {ep.name!r} ({distribution}): {error}; using the default {DEFAULT_PRIORITY!r}",
             PluginWarning,

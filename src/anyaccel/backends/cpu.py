@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from anyaccel.abstract import Accelerator
-from anyaccel.detection import ProbeOutcome, package_installed
+from anyaccel.probe import ProbeOutcome, package_installed
 
 __all__ = ["CpuAccelerator", "numa_node_count", "probe"]
 

@@ -16,7 +16,7 @@ import torch
 
 from anyaccel.backends.runtime_probe import visibility_note
 from anyaccel.backends.torch_module import TorchModuleAccelerator
-from anyaccel.detection import ProbeOutcome, package_installed
+from anyaccel.probe import ProbeOutcome, package_installed
 
 __all__ = ["CudaAccelerator", "probe"]
 

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from anyaccel.backends.torch_module import TorchModuleAccelerator
-from anyaccel.detection import BackendCandidate, ProbeOutcome
 from anyaccel.errors import AcceleratorUnavailableError, UnsupportedFeatureError
+from anyaccel.probe import BackendCandidate, ProbeOutcome
 
 __all__ = ["GENERIC_PRIORITY", "GenericAccelerator", "device_alias_candidate", "probe"]
 

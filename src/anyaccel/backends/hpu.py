@@ -25,7 +25,7 @@ import torch
 
 from anyaccel.backends.runtime_probe import import_runtime, probe_device_runtime
 from anyaccel.backends.torch_module import TorchModuleAccelerator
-from anyaccel.detection import ProbeOutcome
+from anyaccel.probe import ProbeOutcome
 
 __all__ = ["LAZY_MODE_DEFAULTS", "HpuAccelerator", "probe"]
 

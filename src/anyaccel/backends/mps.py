@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from anyaccel.backends.torch_module import TorchModuleAccelerator
-from anyaccel.detection import ProbeOutcome
+from anyaccel.probe import ProbeOutcome
 
 __all__ = ["MpsAccelerator", "probe"]
 

@@ -13,7 +13,7 @@ import torch
 
 from anyaccel.backends.runtime_probe import probe_device_runtime
 from anyaccel.backends.torch_module import TorchModuleAccelerator
-from anyaccel.detection import ProbeOutcome
+from anyaccel.probe import ProbeOutcome
 
 __all__ = ["MusaAccelerator", "probe"]
 

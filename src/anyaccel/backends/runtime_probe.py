@@ -18,7 +18,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from anyaccel.detection import ProbeOutcome, package_installed
+from anyaccel.probe import ProbeOutcome, package_installed
 
 __all__ = ["RuntimeImportError", "import_runtime", "probe_device_runtime"]
 

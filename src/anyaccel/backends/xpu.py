@@ -27,7 +27,7 @@ from anyaccel.backends.runtime_probe import (
     visibility_note,
 )
 from anyaccel.backends.torch_module import TorchModuleAccelerator
-from anyaccel.detection import FORCE_ENV, ProbeOutcome, forced_name, package_installed
+from anyaccel.probe import FORCE_ENV, ProbeOutcome, forced_name, package_installed
 
 __all__ = [
     "IpexXpuAccelerator",

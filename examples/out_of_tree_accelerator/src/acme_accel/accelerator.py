@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from anyaccel.backends.torch_module import TorchModuleAccelerator
-from anyaccel.detection import ProbeOutcome
+from anyaccel.probe import ProbeOutcome
 
 
 class AcmeAccelerator(TorchModuleAccelerator):

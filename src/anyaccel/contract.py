@@ -1,0 +1,177 @@
+"""Whether an object satisfies the accelerator contract, read off :class:`Accelerator` itself.
+
+The members checked are the ABC's public methods and properties (plus ``_name``), so a method
+added to the ABC is checked from that day on. Objects written for DeepSpeed, which do not
+subclass :class:`Accelerator`, are accepted when they have DeepSpeed's members; the members
+anyaccel added since (:data:`ANYACCEL_ADDITIONS`) are bound from the ABC's defaults when absent.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from anyaccel.abstract import Accelerator
+from anyaccel.errors import InvalidAcceleratorError
+
+__all__ = [
+    "ANYACCEL_ADDITIONS",
+    "CONTRACT_MEMBERS",
+    "OPTIONAL_MEMBERS",
+    "REQUIRED_MEMBERS",
+    "missing_members",
+    "signature_problems",
+    "validated",
+]
+
+#: Contract members anyaccel added after DeepSpeed's abstract accelerator; objects written for
+#: DeepSpeed may lack them and get the ABC's default.
+ANYACCEL_ADDITIONS: frozenset[str] = frozenset(
+    {
+        "prefer_triton_grouped_mm", "is_fp64_supported", "unpin_memory", "pin_empty",
+        "pin_empty_like", "pin_memory_alignment", "register_host_memory",
+        "unregister_host_memory", "amp", "is_current_stream_capturing",
+    }
+)  # fmt: skip
+
+
+def _abc_members() -> dict[str, Any]:
+    """The ABC's public methods and properties, in definition order (bases first)."""
+    members: dict[str, Any] = {}
+    for klass in reversed(Accelerator.__mro__):
+        if klass is object:
+            continue
+        for name, value in vars(klass).items():
+            if name.startswith("_"):
+                continue
+            if inspect.isfunction(value) or isinstance(value, property):
+                members[name] = value
+    return members
+
+
+_ABC_MEMBERS = _abc_members()
+
+#: Every member of the contract: the name, then the ABC's public methods and properties.
+CONTRACT_MEMBERS: tuple[str, ...] = ("_name", *_ABC_MEMBERS)
+#: Members every accelerator object must have (DeepSpeed's contract).
+REQUIRED_MEMBERS: tuple[str, ...] = tuple(
+    name for name in CONTRACT_MEMBERS if name not in ANYACCEL_ADDITIONS
+)
+#: Newer members anyaccel fills in with its defaults on objects that lack them.
+OPTIONAL_MEMBERS: tuple[str, ...] = tuple(
+    name for name in CONTRACT_MEMBERS if name in ANYACCEL_ADDITIONS
+)
+#: Private helpers the ABC's defaults call (bound with them onto duck-typed objects).
+DEFAULT_HELPERS: tuple[str, ...] = tuple(
+    name
+    for name, value in vars(Accelerator).items()
+    if name.startswith("_") and not name.startswith("__") and inspect.isfunction(value)
+)
+
+
+def missing_members(candidate: object) -> list[str]:
+    """The required members ``candidate`` lacks (properties are looked up, not evaluated)."""
+    cls = type(candidate)
+    missing = []
+    for name in REQUIRED_MEMBERS:
+        if isinstance(_ABC_MEMBERS.get(name), property):
+            present = hasattr(cls, name) or name in getattr(candidate, "__dict__", {})
+        else:
+            present = hasattr(candidate, name)
+        if not present:
+            missing.append(name)
+    return missing
+
+
+def _plain(signature: inspect.Signature, *, drop_self: bool = False) -> str:
+    """``signature`` without annotations (and without ``self``), as a call shape."""
+    parameters = list(signature.parameters.values())[1 if drop_self else 0 :]
+    plain = [p.replace(annotation=p.empty) for p in parameters]
+    return str(signature.replace(parameters=plain, return_annotation=signature.empty))
+
+
+def _signature_problem(candidate: object, name: str) -> str | None:
+    reference = _ABC_MEMBERS[name]
+    if isinstance(reference, property):
+        declared = inspect.getattr_static(candidate, name, None)
+        if isinstance(declared, property) or callable(declared):
+            return None
+        return f"{name} is a {type(declared).__name__}, not a property or callable"
+    member = getattr(candidate, name)
+    if not callable(member):
+        return f"{name} is a {type(member).__name__} ({member!r:.40}), not a method"
+    try:
+        theirs = inspect.signature(member)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to compare
+        return None
+    ours = list(inspect.signature(reference).parameters.values())[1:]
+    required = [
+        p
+        for p in ours
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    keywords = {p.name: None for p in ours if p.default is p.empty and p.kind is p.KEYWORD_ONLY}
+    try:
+        theirs.bind(*[None] * len(required), **keywords)
+    except TypeError:
+        shape = _plain(inspect.signature(reference), drop_self=True)
+        return f"{name}{_plain(theirs)} cannot be called as the contract's {name}{shape}"
+    return None
+
+
+def signature_problems(candidate: object) -> list[str]:
+    """Contract members of ``candidate`` that are not callable the way the ABC's are."""
+    problems = []
+    for name in CONTRACT_MEMBERS:
+        absent = not hasattr(type(candidate), name) and not hasattr(candidate, name)
+        if name == "_name" or absent:
+            continue
+        problem = _signature_problem(candidate, name)
+        if problem is not None:
+            problems.append(problem)
+    return problems
+
+
+def validated(candidate: object, *, check_signatures: bool = True) -> Accelerator:
+    """``candidate`` as an accelerator, or ``InvalidAcceleratorError`` naming what is wrong.
+
+    Objects that satisfy the contract without subclassing :class:`Accelerator` (such as an
+    accelerator written for DeepSpeed) are accepted once every member they have is callable
+    with the ABC's required arguments; the newer optional members they lack are bound from
+    anyaccel's defaults. ``check_signatures=False`` skips the signature check, for the
+    built-in path to intel_extension_for_deepspeed, whose ``initial_seed`` wants a seed.
+    """
+    if isinstance(candidate, type):
+        raise InvalidAcceleratorError(
+            f"set_accelerator() needs an accelerator instance, got the class "
+            f"{candidate.__qualname__}; call it: set_accelerator({candidate.__qualname__}())"
+        )
+    missing = missing_members(candidate)
+    if missing:
+        raise InvalidAcceleratorError(
+            f"{type(candidate).__qualname__} object is not an accelerator: it lacks "
+            f"{', '.join(missing)}. Subclass anyaccel.Accelerator (or "
+            "anyaccel.backends.torch_module.TorchModuleAccelerator) and implement them."
+        )
+    name = getattr(candidate, "_name", None)
+    if not isinstance(name, str) or not name:
+        raise InvalidAcceleratorError(
+            f"{type(candidate).__qualname__}._name is {name!r}; an accelerator needs a non-empty "
+            "string name such as 'cuda' (set it as a class attribute or in __init__)"
+        )
+    if not isinstance(candidate, Accelerator):
+        problems = signature_problems(candidate) if check_signatures else []
+        if problems:
+            raise InvalidAcceleratorError(
+                f"{type(candidate).__qualname__} object does not satisfy the accelerator "
+                f"contract: {'; '.join(problems)}. Give each the signature anyaccel.Accelerator "
+                "declares (or subclass it)."
+            )
+        for member in OPTIONAL_MEMBERS + DEFAULT_HELPERS:
+            if not hasattr(candidate, member):
+                default = getattr(Accelerator, member)
+                setattr(candidate, member, default.__get__(candidate, type(candidate)))
+        Accelerator.register(type(candidate))
+    if not isinstance(candidate, Accelerator):  # pragma: no cover - register() makes it one
+        raise InvalidAcceleratorError(f"{type(candidate).__qualname__} could not be registered")
+    return candidate

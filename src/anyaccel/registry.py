@@ -1,0 +1,218 @@
+"""The candidates detection chooses from: anyaccel's built-ins, plugins, and registered ones.
+
+Each candidate names its probe and accelerator class as ``"module:attribute"`` strings, so
+nothing is imported until that candidate is probed. Plugins (:mod:`anyaccel.plugins`) join
+the first time the registry is read, never at ``import anyaccel``. Registering a name that is
+taken is refused unless ``override=True``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from anyaccel.errors import DuplicateBackendError
+from anyaccel.forksafe import ForkSafeLock, after_fork_in_child
+from anyaccel.probe import BackendCandidate
+
+__all__ = [
+    "BUILTIN_CANDIDATES",
+    "SUPPORTED_ACCELERATOR_LIST",
+    "builtin_names",
+    "register_backend",
+    "registered_backends",
+    "unregister_backend",
+]
+
+
+def _builtin(
+    name: str, path: str, priority: int, module: str, cls: str, probe: str = "probe"
+) -> BackendCandidate:
+    return BackendCandidate(
+        name,
+        path,
+        priority,
+        f"anyaccel.backends.{module}:{probe}",
+        f"anyaccel.backends.{module}:{cls}",
+    )
+
+
+#: Built-in candidates. The order is the contract's detection order; plugins join through
+#: entry points, other code through ``register_backend``.
+BUILTIN_CANDIDATES: tuple[BackendCandidate, ...] = (
+    _builtin(
+        "xpu.external",
+        "xpu.external (intel_extension_for_deepspeed)",
+        100,
+        "xpu",
+        "external_accelerator",
+        "probe_external",
+    ),
+    _builtin(
+        "xpu", "xpu (intel_extension_for_pytorch)", 200, "xpu", "IpexXpuAccelerator", "probe_ipex"
+    ),
+    _builtin("xpu", "xpu (native torch.xpu)", 300, "xpu", "XpuAccelerator", "probe_native"),
+    _builtin("npu", "npu (torch_npu)", 400, "npu", "NpuAccelerator"),
+    _builtin("sdaa", "sdaa (torch_sdaa)", 500, "sdaa", "SdaaAccelerator"),
+    _builtin("mps", "mps (torch.backends.mps)", 600, "mps", "MpsAccelerator"),
+    _builtin("hpu", "hpu (habana_frameworks)", 700, "hpu", "HpuAccelerator"),
+    _builtin("mlu", "mlu (torch_mlu)", 800, "mlu", "MluAccelerator"),
+    # supa and musa answer through torch.cuda too, so they must be probed before cuda.
+    _builtin("supa", "supa (torch_supa)", 850, "supa", "SupaAccelerator"),
+    _builtin("musa", "musa (torch_musa)", 870, "musa", "MusaAccelerator"),
+    _builtin("cuda", "cuda (torch CUDA/ROCm build)", 900, "cuda", "CudaAccelerator"),
+    _builtin("generic", "generic (torch.accelerator)", 950, "generic", "GenericAccelerator"),
+    _builtin("cpu", "cpu (fallback)", 10_000, "cpu", "CpuAccelerator"),
+)
+
+_registry_lock = ForkSafeLock()
+_candidates: list[BackendCandidate] = list(BUILTIN_CANDIDATES)
+
+
+def builtin_names() -> frozenset[str]:
+    """The names anyaccel's own backends answer to (reserved: no plugin may take one)."""
+    return frozenset(c.name for c in BUILTIN_CANDIDATES)
+
+
+class _RegistryNames(list[str]):
+    """A list of backend names that loads plugins before it is first read."""
+
+    def _loaded(self) -> _RegistryNames:
+        load_plugins_once()
+        return self
+
+    def __contains__(self, name: object) -> bool:
+        return list.__contains__(self._loaded(), name)
+
+    def __iter__(self) -> Iterator[str]:
+        return list.__iter__(self._loaded())
+
+    def __len__(self) -> int:
+        return list.__len__(self._loaded())
+
+    def __getitem__(self, index: Any) -> Any:
+        return list.__getitem__(self._loaded(), index)
+
+    def __eq__(self, other: object) -> bool:
+        return list.__eq__(self._loaded(), other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return list.__repr__(self._loaded())
+
+    def index(self, value: str, *args: Any) -> int:
+        """Position of ``value`` in detection order."""
+        return list.index(self._loaded(), value, *args)
+
+
+#: The names ``DS_ACCELERATOR`` accepts, in detection order (plugins included).
+SUPPORTED_ACCELERATOR_LIST: list[str] = _RegistryNames()
+
+
+def _refresh_supported_names() -> None:
+    names: list[str] = []
+    for candidate in sorted(_candidates, key=lambda c: c.priority):
+        if candidate.name not in names:
+            names.append(candidate.name)
+    SUPPORTED_ACCELERATOR_LIST[:] = names
+
+
+def registered_backends(*, include_plugins: bool = True) -> tuple[BackendCandidate, ...]:
+    """Every registered candidate, in the order the cascade probes them.
+
+    With ``include_plugins=False`` no plugin is discovered or imported for the answer (the
+    plugins already loaded are left out too).
+    """
+    if include_plugins:
+        load_plugins_once()
+    with _registry_lock:
+        candidates = list(_candidates)
+    if not include_plugins:
+        plugin_paths = {c.path for c in _plugin_candidates}
+        candidates = [c for c in candidates if c.path not in plugin_paths]
+    return tuple(sorted(candidates, key=lambda c: c.priority))
+
+
+def register_backend(candidate: BackendCandidate, *, override: bool = False) -> None:
+    """Add a candidate to the cascade.
+
+    Raises :class:`~anyaccel.errors.DuplicateBackendError` if a candidate with that name is
+    registered already, unless ``override=True``, which replaces every candidate of the name.
+    """
+    with _registry_lock:
+        taken = [c for c in _candidates if c.name == candidate.name]
+        if taken and not override:
+            raise DuplicateBackendError(
+                f"a backend named {candidate.name!r} is registered already "
+                f"({', '.join(c.path for c in taken)}, from {taken[0].origin}); pass "
+                f"override=True to replace it, or register {candidate.path!r} under a name "
+                "of its own"
+            )
+        _candidates[:] = [c for c in _candidates if c.name != candidate.name]
+        _candidates.append(candidate)
+        _refresh_supported_names()
+
+
+def unregister_backend(name: str, path: str | None = None) -> None:
+    """Remove the candidates called ``name`` (only the one at ``path`` if given)."""
+    with _registry_lock:
+        _candidates[:] = [
+            c for c in _candidates if not (c.name == name and (path is None or c.path == path))
+        ]
+        _refresh_supported_names()
+
+
+_refresh_supported_names()
+
+# ---------------------------------------------------------------------- plugins
+_plugins_lock = ForkSafeLock(reentrant=True)
+_plugins_state = "unloaded"  # -> "loading" -> "loaded"
+_plugins_loader: int | None = None  # the thread loading them
+_plugin_candidates: list[BackendCandidate] = []
+
+
+def load_plugins_once() -> None:
+    """Discover and add installed plugins, the first time anything asks (then a no-op)."""
+    global _plugins_state, _plugins_loader
+    if _plugins_state == "loaded":
+        return
+    with _plugins_lock:  # re-entry from the loading thread sees "loading" and returns
+        if _plugins_state != "unloaded":
+            return
+        _plugins_state, _plugins_loader = "loading", threading.get_ident()
+        try:
+            from anyaccel.plugins import late_candidates
+
+            with _registry_lock:
+                existing = list(_candidates)
+            added = late_candidates(existing)
+            with _registry_lock:
+                _candidates.extend(added)
+                _plugin_candidates[:] = added
+                _refresh_supported_names()
+        finally:
+            _plugins_state, _plugins_loader = "loaded", None
+
+
+def forget_plugins() -> None:
+    """Drop plugin candidates so the next registry read discovers plugins again."""
+    global _plugins_state
+    with _plugins_lock:
+        with _registry_lock:
+            paths = {c.path for c in _plugin_candidates}
+            _candidates[:] = [c for c in _candidates if c.path not in paths]
+            _plugin_candidates.clear()
+            _refresh_supported_names()
+        _plugins_state = "unloaded"
+
+
+def _after_fork() -> None:
+    """A child forked while another thread loaded plugins loads them again itself."""
+    global _plugins_state, _plugins_loader
+    if _plugins_state == "loading" and _plugins_loader != threading.get_ident():
+        _plugins_state, _plugins_loader = "unloaded", None
+
+
+after_fork_in_child(_after_fork)
