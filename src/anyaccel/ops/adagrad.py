@@ -2,56 +2,135 @@
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 from torch.optim.optimizer import ParamsT
 
 from anyaccel.ops.cpu.cpu_adagrad import CPUAdagradBuilder
-from anyaccel.ops.host_optimizer import HostOptimizer, check_nonnegative, require_fp32_states
+from anyaccel.ops.host_optimizer import CopyGroups, HostOptimizer, require_fp32_states
+from anyaccel.ops.hyperparams import ADAGRAD_RULES
+from anyaccel.ops.sparse_adagrad import check_sparse_gradient, sparse_adagrad_update
 
 
 class CPUAdagrad(HostOptimizer):
-    """Adagrad with ``torch.optim.Adagrad``'s arguments and semantics."""
+    """Adagrad with ``torch.optim.Adagrad``'s arguments and semantics, sparse gradients included.
+
+    ``foreach``, ``fused`` and ``differentiable=False`` are accepted as torch takes them.
+    """
 
     builder_class = CPUAdagradBuilder
     kernel_function = "adagrad_step"
+    hyperparameter_rules = ADAGRAD_RULES
+    torch_counterpart: ClassVar[str | None] = "Adagrad"
+    #: The state key of the sum of squared gradients (torch's name; DeepSpeed's is exp_avg_sq).
+    accumulator_key: ClassVar[str] = "sum"
+    state_tensor_keys = ("sum",)
+    state_key_aliases = {"exp_avg_sq": "sum"}
 
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-2,
+        lr: float | torch.Tensor = 1e-2,
         lr_decay: float = 0.0,
         weight_decay: float = 0.0,
         initial_accumulator_value: float = 0.0,
         eps: float = 1e-10,
+        foreach: bool | None = None,
         *,
         maximize: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
     ) -> None:
-        for label, value in (
-            ("learning rate", lr),
-            ("lr_decay", lr_decay),
-            ("epsilon", eps),
-            ("weight_decay", weight_decay),
-            ("initial_accumulator_value", initial_accumulator_value),
-        ):
-            check_nonnegative(f"{label} value", value)
         defaults = {
             "lr": lr,
             "lr_decay": lr_decay,
+            "eps": eps,
             "weight_decay": weight_decay,
             "initial_accumulator_value": initial_accumulator_value,
-            "eps": eps,
+            "foreach": foreach,
             "maximize": maximize,
+            "differentiable": differentiable,
+            "fused": fused,
         }
         super().__init__(params, defaults)
+
+    def _prepare_param_group(self, param_group: dict[str, Any], where: str) -> None:
+        """Warn that a group's own ``initial_accumulator_value`` is ignored, as torch ignores it."""
+        defaults = getattr(self, "defaults", {})
+        value = param_group.get("initial_accumulator_value")
+        if value is not None and value != defaults.get("initial_accumulator_value", value):
+            warnings.warn(
+                f"{where}: initial_accumulator_value={value!r} is ignored: as in "
+                "torch.optim.Adagrad, every state starts at the constructor's "
+                f"initial_accumulator_value={defaults['initial_accumulator_value']!r}",
+                UserWarning,
+                stacklevel=4,
+            )
 
     def _state_addresses(
         self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
     ) -> tuple[int, ...]:
-        """The sum of squared gradients, starting at ``initial_accumulator_value``."""
-        initial = float(group["initial_accumulator_value"])
-        return (self._state_tensor(param, state, "sum", initial).data_ptr(),)
+        """The sum of squared gradients, starting at the constructor's accumulator value."""
+        return (self._accumulator(param, state).data_ptr(),)
+
+    def _accumulator(self, param: torch.Tensor, state: dict[str, Any]) -> torch.Tensor:
+        """``param``'s sum of squares, created at ``initial_accumulator_value`` as torch does."""
+        initial = float(self.defaults["initial_accumulator_value"])
+        return self._state_tensor(param, state, self.accumulator_key, initial)
+
+    @torch.no_grad()
+    def step(  # type: ignore[override]
+        self,
+        closure: Callable[[], float] | None = None,
+        fp16_param_groups: CopyGroups | None = None,
+    ) -> float | None:
+        """One step; parameters with sparse gradients are updated as torch.optim.Adagrad does."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        sparse = self._sparse_params()
+        held = [(param, param.grad) for _, _, param in sparse]
+        try:
+            for param, _ in held:
+                param.grad = None  # the dense step skips them
+            super().step(None, fp16_param_groups)
+        finally:
+            for param, grad in held:
+                param.grad = grad
+        copies = self._copies_by_group(fp16_param_groups) if sparse else None
+        for group_index, param_index, param in sparse:
+            group, state = self.param_groups[group_index], self.state[param]
+            assert param.grad is not None
+            sparse_adagrad_update(
+                param,
+                param.grad,
+                self._accumulator(param, state),
+                self._next_step(state),
+                lr=float(group["lr"]),
+                lr_decay=float(group["lr_decay"]),
+                eps=float(group["eps"]),
+                maximize=bool(group["maximize"]),
+            )
+            copy = copies[group_index][param_index] if copies is not None else None
+            if copy is not None:
+                copy.copy_(param)
+        return loss
+
+    def _sparse_params(self) -> list[tuple[int, int, torch.Tensor]]:
+        """(group, index, param) of each parameter with a sparse gradient, each checked."""
+        found = []
+        for group_index, group in enumerate(self.param_groups):
+            for param_index, param in enumerate(group["params"]):
+                grad = param.grad
+                if grad is not None and grad.is_sparse:
+                    where = f"param group {group_index}, index {param_index}"
+                    check_sparse_gradient(param, grad, float(group["weight_decay"]), where)
+                    found.append((group_index, param_index, param))
+        return found
 
     def _scalars(self, group: dict[str, Any], step: int) -> tuple[float | int | bool, ...]:
         """Adagrad's step count and hyperparameters, in ``adagrad_step``'s order."""
@@ -66,7 +145,11 @@ class CPUAdagrad(HostOptimizer):
 
 
 class DeepSpeedCPUAdagrad(CPUAdagrad):
-    """``deepspeed.ops.adagrad.DeepSpeedCPUAdagrad``'s signature over anyaccel's kernel."""
+    """``deepspeed.ops.adagrad.DeepSpeedCPUAdagrad``'s signature and state key over our kernel."""
+
+    accumulator_key: ClassVar[str] = "exp_avg_sq"
+    state_tensor_keys = ("exp_avg_sq",)
+    state_key_aliases = {"sum": "exp_avg_sq"}
 
     def __init__(
         self,

@@ -5,30 +5,37 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
-from torch.optim.optimizer import ParamsT
+from torch.optim.optimizer import ParamsT, StateDict
 
 from anyaccel.ops.cpu.cpu_adam import CPUAdamBuilder
-from anyaccel.ops.host_optimizer import (
-    HostOptimizer,
-    check_betas,
-    check_nonnegative,
-    require_fp32_states,
-)
+from anyaccel.ops.host_optimizer import HostOptimizer, require_fp32_states
+from anyaccel.ops.hyperparams import ADAM_RULES
 
 
 class CPUAdam(HostOptimizer):
-    """Adam (L2 weight decay) with torch's arguments; ``adamw_mode=True`` decouples the decay."""
+    """Adam (L2 weight decay) with torch's arguments; ``adamw_mode=True`` decouples the decay.
+
+    ``foreach``, ``fused``, ``capturable=False`` and ``differentiable=False`` are accepted as
+    ``torch.optim.Adam`` takes them (the step is always one fused native pass);
+    ``decoupled_weight_decay`` is torch's name for ``adamw_mode``.
+    """
 
     builder_class = CPUAdamBuilder
     kernel_function = "adam_step"
+    hyperparameter_rules = ADAM_RULES
+    torch_counterpart: ClassVar[str | None] = "Adam"
+    state_tensor_keys = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+    #: Whether every group's weight decay is decoupled whatever a checkpoint says (torch's AdamW).
+    always_decoupled: ClassVar[bool] = False
 
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-3,
+        lr: float | torch.Tensor = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
@@ -37,12 +44,12 @@ class CPUAdam(HostOptimizer):
         maximize: bool = False,
         adamw_mode: bool = False,
         bias_correction: bool = True,
+        foreach: bool | None = None,
+        fused: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        decoupled_weight_decay: bool = False,
     ) -> None:
-        if not float(lr) >= 0.0:  # through float(), as CPUAdam always has checked lr
-            raise ValueError(f"invalid learning rate: {lr}")
-        check_nonnegative("epsilon value", eps)
-        check_betas(betas)
-        check_nonnegative("weight_decay value", weight_decay)
         defaults = {
             "lr": lr,
             "betas": betas,
@@ -50,10 +57,53 @@ class CPUAdam(HostOptimizer):
             "weight_decay": weight_decay,
             "amsgrad": amsgrad,
             "maximize": maximize,
-            "adamw_mode": adamw_mode,
+            "foreach": foreach,
+            "fused": fused,
+            "capturable": capturable,
+            "differentiable": differentiable,
+            # One setting under two names; torch's default False means "not given".
+            "adamw_mode": adamw_mode if decoupled_weight_decay is False else decoupled_weight_decay,
             "bias_correction": bias_correction,
         }
+        defaults["decoupled_weight_decay"] = defaults["adamw_mode"]
         super().__init__(params, defaults)
+
+    def _prepare_param_group(self, param_group: dict[str, Any], where: str) -> None:
+        """``adamw_mode`` and torch's ``decoupled_weight_decay`` are one setting, kept equal."""
+        given = {
+            k: param_group[k] for k in ("adamw_mode", "decoupled_weight_decay") if k in param_group
+        }
+        if len(set(map(bool, given.values()))) > 1:
+            raise ValueError(
+                f"{where}: adamw_mode={given['adamw_mode']!r} and decoupled_weight_decay="
+                f"{given['decoupled_weight_decay']!r} disagree; they are one setting, pass one"
+            )
+        if given:
+            decoupled = bool(next(iter(given.values())))
+            param_group["adamw_mode"] = param_group["decoupled_weight_decay"] = decoupled
+
+    def _translate_checkpoint_group(
+        self, group: dict[str, Any], current: Mapping[str, Any]
+    ) -> None:
+        """Decoupled decay from torch's ``decoupled_weight_decay``, else our ``adamw_mode``.
+
+        A checkpoint with neither (torch < 2.6, DeepSpeed) keeps this optimizer's setting;
+        ``CPUAdamW`` is always decoupled, as ``torch.optim.AdamW`` is.
+        """
+        if self.always_decoupled:
+            decoupled: Any = True
+        elif "decoupled_weight_decay" in group:
+            decoupled = group["decoupled_weight_decay"]
+        else:
+            decoupled = group.get("adamw_mode", current["adamw_mode"])
+        group["adamw_mode"] = group["decoupled_weight_decay"] = decoupled
+
+    def state_dict(self) -> StateDict:
+        """torch's ``state_dict``, with ``decoupled_weight_decay`` matching each group's mode."""
+        saved = super().state_dict()
+        for group in saved["param_groups"]:
+            group["decoupled_weight_decay"] = bool(group["adamw_mode"])
+        return saved
 
     def _state_addresses(
         self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
@@ -85,19 +135,37 @@ class CPUAdam(HostOptimizer):
 class CPUAdamW(CPUAdam):
     """AdamW (decoupled weight decay) with ``torch.optim.AdamW``'s arguments and defaults."""
 
+    torch_counterpart: ClassVar[str | None] = "AdamW"
+    always_decoupled: ClassVar[bool] = True
+
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-3,
+        lr: float | torch.Tensor = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
         amsgrad: bool = False,
         *,
         maximize: bool = False,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
     ) -> None:
         super().__init__(
-            params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, adamw_mode=True
+            params,
+            lr,
+            betas,
+            eps,
+            weight_decay,
+            amsgrad,
+            maximize=maximize,
+            adamw_mode=True,
+            foreach=foreach,
+            fused=fused,
+            capturable=capturable,
+            differentiable=differentiable,
         )
 
 

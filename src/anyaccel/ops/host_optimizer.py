@@ -6,14 +6,16 @@ and can write a bf16/fp16 copy of the parameters in the same pass (the offload c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, ClassVar
 
 import torch
-from torch.optim.optimizer import ParamsT
+from torch.optim.optimizer import ParamsT, StateDict
 
 from anyaccel.ops.builder import OpBuilder
+from anyaccel.ops.checkpoint import prepare_checkpoint
+from anyaccel.ops.hyperparams import Rule, validate, with_torch_keys
 
 #: Low-precision copy dtypes a kernel can write, with the kernel's code for each.
 COPY_KINDS: dict[torch.dtype, int] = {torch.bfloat16: 1, torch.float16: 2}
@@ -25,18 +27,78 @@ CopyGroups = Sequence[Sequence[torch.Tensor | None]] | Sequence[torch.Tensor | N
 class HostOptimizer(torch.optim.Optimizer):
     """A ``torch.optim.Optimizer`` whose update runs in a compiled CPU kernel.
 
-    A subclass names its builder and kernel function, validates its hyperparameters, and says
-    which state tensors (``_state_addresses``) and scalars (``_scalars``) its kernel takes.
+    A subclass names its builder and kernel function, its hyperparameter rules and torch
+    counterpart, and says which state tensors (``_state_addresses``) and scalars
+    (``_scalars``) its kernel takes.
     """
 
     #: The builder of the kernel this optimizer calls.
     builder_class: ClassVar[type[OpBuilder]]
     #: The name of the kernel's step function, e.g. ``"adam_step"``.
     kernel_function: ClassVar[str]
+    #: The rules its hyperparameters follow (``anyaccel.ops.hyperparams``).
+    hyperparameter_rules: ClassVar[Mapping[str, Rule]]
+    #: The ``torch.optim`` class of the same algorithm, whose group keys ours carry (or None).
+    torch_counterpart: ClassVar[str | None] = None
+    #: The per-parameter state tensors, each shaped like its parameter.
+    state_tensor_keys: ClassVar[tuple[str, ...]] = ()
+    #: Other optimizers' names for our state tensors (theirs to ours), translated at load.
+    state_key_aliases: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, params: ParamsT, defaults: dict[str, Any]) -> None:
-        super().__init__(params, defaults)
-        self.kernel: ModuleType = self.builder_class().load()
+        validate(self.hyperparameter_rules, defaults)
+        super().__init__(params, with_torch_keys(defaults, self.torch_counterpart))
+        self.kernel  # noqa: B018  (load now: a build failure surfaces at construction)
+
+    @property
+    def kernel(self) -> ModuleType:
+        """The compiled kernel, loaded through the builder on first use (and after a copy)."""
+        kernel = self.__dict__.get("_kernel")
+        if kernel is None:
+            kernel = self.__dict__["_kernel"] = self.builder_class().load()
+        return kernel
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """torch's ``add_param_group``, after checking the group's own hyperparameters."""
+        if isinstance(param_group, dict):
+            where = f"param group {len(getattr(self, 'param_groups', ()))}"
+            validate(self.hyperparameter_rules, param_group, where)
+            self._prepare_param_group(param_group, where)
+        super().add_param_group(param_group)
+
+    def _prepare_param_group(self, param_group: dict[str, Any], where: str) -> None:
+        """Reconcile a new group's own keys before torch fills in the defaults (per optimizer)."""
+
+    def load_state_dict(self, state_dict: StateDict) -> None:
+        """torch's ``load_state_dict``: the checkpoint's hyperparameters, translated and checked.
+
+        Accepts torch.optim's and DeepSpeed's state dicts for the same algorithm. Raises
+        ``ValueError`` (``CheckpointMismatchError`` for a checkpoint of other parameters) or
+        ``TypeError`` before anything is loaded.
+        """
+        super().load_state_dict(prepare_checkpoint(self, state_dict))
+
+    def _translate_checkpoint_group(
+        self, group: dict[str, Any], current: Mapping[str, Any]
+    ) -> None:
+        """Map another optimizer's group keys in a checkpoint ``group`` to ours (per optimizer)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the compiled kernel (not picklable) and torch's hooks (as torch drops)."""
+        return {
+            key: value
+            for key, value in self.__dict__.items()
+            if key != "_kernel" and not key.startswith("_optimizer_")
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """torch's ``__setstate__``, without adding keys our defaults never had."""
+        had_differentiable = "differentiable" in state.get(
+            "defaults", self.__dict__.get("defaults", {})
+        )
+        super().__setstate__(state)
+        if not had_differentiable:
+            self.defaults.pop("differentiable", None)
 
     def _state_addresses(
         self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
@@ -69,8 +131,6 @@ class HostOptimizer(torch.optim.Optimizer):
         threads = torch.get_num_threads()
         kernel_step = getattr(self.kernel, self.kernel_function)
         for group_index, group in enumerate(self.param_groups):
-            for key, default in self.defaults.items():
-                group.setdefault(key, default)
             for param_index, param in enumerate(group["params"]):
                 if param.grad is None:
                     continue
@@ -139,19 +199,6 @@ class HostOptimizer(torch.optim.Optimizer):
             state["step"] = step
         step += 1
         return int(step.item())
-
-
-def check_nonnegative(label: str, value: float) -> None:
-    """Reject a negative (or NaN) hyperparameter, as torch's optimizers do, naming it."""
-    if not value >= 0.0:
-        raise ValueError(f"invalid {label}: {value}")
-
-
-def check_betas(betas: tuple[float, float]) -> None:
-    """Reject betas outside ``[0, 1)``, as torch's optimizers do, naming the bad one."""
-    for index, beta in enumerate(betas):
-        if not 0.0 <= beta < 1.0:
-            raise ValueError(f"invalid beta parameter at index {index}: {beta}")
 
 
 def require_fp32_states(fp32_optimizer_states: bool) -> None:

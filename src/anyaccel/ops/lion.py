@@ -8,32 +8,37 @@ import torch
 from torch.optim.optimizer import ParamsT
 
 from anyaccel.ops.cpu.cpu_lion import CPULionBuilder
-from anyaccel.ops.host_optimizer import (
-    HostOptimizer,
-    check_betas,
-    check_nonnegative,
-    require_fp32_states,
-)
+from anyaccel.ops.host_optimizer import HostOptimizer, require_fp32_states
+from anyaccel.ops.hyperparams import LION_RULES, validate
 
 
 class CPULion(HostOptimizer):
-    """Lion: ``p -= lr * sign(beta1 m + (1 - beta1) g)``, decoupled weight decay."""
+    """Lion: ``p -= lr * sign(beta1 m + (1 - beta1) g)``, decoupled weight decay.
+
+    torch.optim has no Lion; torch's shared keywords (``foreach``, ``fused``,
+    ``capturable=False``, ``differentiable=False``) are checked and accepted for uniformity.
+    """
 
     builder_class = CPULionBuilder
     kernel_function = "lion_step"
+    hyperparameter_rules = LION_RULES
+    state_tensor_keys = ("exp_avg",)
 
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-4,
+        lr: float | torch.Tensor = 1e-4,
         betas: tuple[float, float] = (0.9, 0.99),
         weight_decay: float = 0.0,
         *,
         maximize: bool = False,
+        foreach: bool | None = None,
+        fused: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
     ) -> None:
-        check_nonnegative("learning rate", lr)
-        check_betas(betas)
-        check_nonnegative("weight_decay value", weight_decay)
+        torch_keywords = {"foreach": foreach, "fused": fused, "capturable": capturable}
+        validate(LION_RULES, {**torch_keywords, "differentiable": differentiable})
         defaults = {"lr": lr, "betas": betas, "weight_decay": weight_decay, "maximize": maximize}
         super().__init__(params, defaults)
 

@@ -1,0 +1,214 @@
+"""One validator for the CPU optimizers' hyperparameters, with ``torch.optim``'s rules.
+
+Each optimizer has a rule book (hyperparameter name to ``Rule``); ``validate`` applies it to
+the constructor's values, to every param group's own values and to a loaded checkpoint's
+groups, so all of them accept and refuse the same kinds of values as torch's optimizers.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any, NamedTuple
+
+import torch
+
+
+class Kind(str, Enum):
+    """What kind of value a hyperparameter takes."""
+
+    NONNEGATIVE = "a number >= 0 (or a one-element tensor)"
+    BETAS = "a pair of numbers in [0, 1)"
+    FLAG = "True or False"
+    OPTIONAL_FLAG = "None, True or False"
+    FALSE_ONLY = "False"
+
+
+class Rule(NamedTuple):
+    """How one hyperparameter is checked, and the words its errors use."""
+
+    kind: Kind
+    #: torch's name for it in its own errors, e.g. "learning rate".
+    label: str
+    #: For ``FALSE_ONLY``: why True cannot be honoured, and what to do instead.
+    refusal: str = ""
+
+
+#: The keyword arguments ``torch.optim`` optimizers share, and what anyaccel makes of them.
+TORCH_KEYWORD_RULES: dict[str, Rule] = {
+    "maximize": Rule(Kind.FLAG, "maximize"),
+    "foreach": Rule(Kind.OPTIONAL_FLAG, "foreach"),
+    "fused": Rule(Kind.OPTIONAL_FLAG, "fused"),
+    "capturable": Rule(
+        Kind.FALSE_ONLY,
+        "capturable",
+        "capturable=True makes a step safe to capture in a CUDA graph; anyaccel's CPU "
+        "optimizers step on the host, where torch's own optimizers refuse it too. Pass "
+        "capturable=False (or set the checkpoint group's 'capturable' to False)",
+    ),
+    "differentiable": Rule(
+        Kind.FALSE_ONLY,
+        "differentiable",
+        "anyaccel's CPU optimizers update parameters in place in a native kernel, outside "
+        "autograd, so a step cannot be differentiated. Use the torch.optim optimizer for "
+        "differentiable=True, or pass differentiable=False",
+    ),
+}
+
+ADAM_RULES: dict[str, Rule] = {
+    "lr": Rule(Kind.NONNEGATIVE, "learning rate"),
+    "betas": Rule(Kind.BETAS, "beta parameter"),
+    "eps": Rule(Kind.NONNEGATIVE, "epsilon value"),
+    "weight_decay": Rule(Kind.NONNEGATIVE, "weight_decay value"),
+    "amsgrad": Rule(Kind.FLAG, "amsgrad"),
+    "adamw_mode": Rule(Kind.FLAG, "adamw_mode"),
+    "decoupled_weight_decay": Rule(Kind.FLAG, "decoupled_weight_decay"),
+    "bias_correction": Rule(Kind.FLAG, "bias_correction"),
+    **TORCH_KEYWORD_RULES,
+}
+
+ADAGRAD_RULES: dict[str, Rule] = {
+    "lr": Rule(Kind.NONNEGATIVE, "learning rate"),
+    "lr_decay": Rule(Kind.NONNEGATIVE, "lr_decay value"),
+    "weight_decay": Rule(Kind.NONNEGATIVE, "weight_decay value"),
+    "initial_accumulator_value": Rule(Kind.NONNEGATIVE, "initial_accumulator_value value"),
+    "eps": Rule(Kind.NONNEGATIVE, "epsilon value"),
+    **TORCH_KEYWORD_RULES,
+}
+
+#: Lion has no torch counterpart: its rules are the Adam family's (betas in [0, 1), as
+#: DeepSpeed's and the paper's reference use them).
+LION_RULES: dict[str, Rule] = {
+    "lr": Rule(Kind.NONNEGATIVE, "learning rate"),
+    "betas": Rule(Kind.BETAS, "beta parameter"),
+    "weight_decay": Rule(Kind.NONNEGATIVE, "weight_decay value"),
+    **TORCH_KEYWORD_RULES,
+}
+
+
+def validate(rules: Mapping[str, Rule], values: Mapping[str, Any], where: str = "") -> None:
+    """Check every value in ``values`` that ``rules`` knows; raise naming the first bad one.
+
+    ``where`` (e.g. ``"param group 1"``) prefixes the message. Raises ``TypeError`` for a value
+    of the wrong kind (a string learning rate, a flag that is not a bool) and ``ValueError``
+    for one out of range (negative, NaN, a beta of 1) or one anyaccel cannot honour.
+    """
+    prefix = f"{where}: " if where else ""
+    for key, value in values.items():
+        rule = rules.get(key)
+        if rule is not None:
+            _check(key, value, rule, prefix)
+    if _truthy_flag(values.get("fused")) and _truthy_flag(values.get("foreach")):
+        raise ValueError(
+            f"{prefix}fused=True and foreach=True cannot be set together (torch.optim refuses "
+            "them too); pass only one of them"
+        )
+
+
+def _check(key: str, value: Any, rule: Rule, prefix: str) -> None:
+    """Apply one rule to one value."""
+    if rule.kind is Kind.NONNEGATIVE:
+        number = _as_number(key, value, rule.label, prefix)
+        if not number >= 0.0:  # also refuses NaN, as torch's `not 0.0 <= value` does
+            raise ValueError(f"{prefix}invalid {rule.label} {key}={value!r}: it must be >= 0")
+    elif rule.kind is Kind.BETAS:
+        _check_betas(key, value, rule.label, prefix)
+    elif rule.kind is Kind.FALSE_ONLY:
+        _as_flag(key, value, prefix, optional=False)
+        if value:
+            raise ValueError(f"{prefix}{key}={value!r} is not supported: {rule.refusal}")
+    else:
+        _as_flag(key, value, prefix, optional=rule.kind is Kind.OPTIONAL_FLAG)
+
+
+def _as_number(key: str, value: Any, label: str, prefix: str) -> float:
+    """``value`` as a float if it is a real number or a one-element real tensor, else raise."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(
+                f"{prefix}invalid {label} {key}: a tensor {key} must have one element, got "
+                f"shape {tuple(value.shape)}"
+            )
+        if value.is_complex():
+            raise TypeError(f"{prefix}invalid {label} {key}: a complex tensor is not a number")
+        return float(value.item())
+    if isinstance(value, str | bytes) or value is None:
+        raise TypeError(
+            f"{prefix}invalid {label} {key}={value!r} ({type(value).__name__}): pass a number, "
+            f"e.g. {key}=1e-3, not a string or None"
+        )
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{prefix}invalid {label} {key}={value!r} ({type(value).__name__}): pass a number "
+            "or a one-element tensor"
+        ) from None
+
+
+def _check_betas(key: str, value: Any, label: str, prefix: str) -> None:
+    """Betas are a pair of numbers (or one-element tensors), each in ``[0, 1)``."""
+    if isinstance(value, str | bytes | torch.Tensor) or not hasattr(value, "__len__"):
+        raise TypeError(
+            f"{prefix}invalid {key}={value!r} ({type(value).__name__}): pass a pair of numbers "
+            "in [0, 1), e.g. betas=(0.9, 0.999)"
+        )
+    if len(value) != 2:
+        raise ValueError(
+            f"{prefix}invalid {key}={value!r}: it must hold exactly two numbers in [0, 1), "
+            f"got {len(value)}"
+        )
+    for index, beta in enumerate(value):
+        number = _as_number(f"{key}[{index}]", beta, f"{label} at index {index}", prefix)
+        if not 0.0 <= number < 1.0:
+            raise ValueError(
+                f"{prefix}invalid {label} at index {index}: {key}[{index}]={beta!r} must be in "
+                "[0, 1)"
+            )
+
+
+def _as_flag(key: str, value: Any, prefix: str, optional: bool) -> None:
+    """A flag is a bool (or 0/1); an optional one may also be None, meaning "torch decides"."""
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int) and value in (0, 1):
+        return
+    expected = Kind.OPTIONAL_FLAG.value if optional else Kind.FLAG.value
+    raise TypeError(f"{prefix}invalid {key}={value!r} ({type(value).__name__}): pass {expected}")
+
+
+def _truthy_flag(value: Any) -> bool:
+    """Whether a flag's value (already checked or not) is set."""
+    return isinstance(value, bool | int) and bool(value)
+
+
+@functools.cache
+def torch_group_defaults(counterpart: str) -> Mapping[str, Any]:
+    """The group keys and defaults the installed torch's ``torch.optim.<counterpart>`` writes.
+
+    They differ between torch versions (``decoupled_weight_decay`` is newer than 2.4, for one),
+    so they are read from the installed torch rather than listed here.
+    """
+    optimizer_class = getattr(torch.optim, counterpart)
+    probe = torch.zeros(1, requires_grad=True)
+    return dict(optimizer_class([probe]).defaults)
+
+
+def torch_keys_we_cannot_check(counterpart: str, rules: Mapping[str, Rule]) -> dict[str, Any]:
+    """torch's group keys this rule book does not know, with torch's default for each.
+
+    A checkpoint may carry them (a torch newer than this code); only torch's default value is
+    safe to accept for them.
+    """
+    return {k: v for k, v in torch_group_defaults(counterpart).items() if k not in rules}
+
+
+def with_torch_keys(defaults: dict[str, Any], counterpart: str | None) -> dict[str, Any]:
+    """``defaults`` plus the group keys torch's counterpart writes that they lack (torch's values).
+
+    So our param groups, and the state dicts we save, carry every key torch's optimizer reads.
+    """
+    if counterpart is None:
+        return dict(defaults)
+    return {**torch_group_defaults(counterpart), **defaults}
