@@ -49,6 +49,7 @@ VALUES: list[Any] = [
     0.0,
     0.5,
     3,
+    3.5e38,
     True,
     None,
     [0.1],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -56,6 +57,7 @@ class CPUAdagrad(HostOptimizer):
             "fused": fused,
         }
         super().__init__(params, defaults)
+        _check_fits_fp32(self.defaults["initial_accumulator_value"])
 
     def _prepare_param_group(self, param_group: dict[str, Any], where: str) -> None:
         """Warn that a group's own ``initial_accumulator_value`` is ignored, as torch ignores it."""
@@ -141,6 +143,16 @@ class CPUAdagrad(HostOptimizer):
             float(group["eps"]),
             float(group["weight_decay"]),
             bool(group["maximize"]),
+        )
+
+
+def _check_fits_fp32(initial_accumulator_value: Any) -> None:
+    """The accumulators are fp32: refuse a start value they cannot hold, as torch refuses it."""
+    value = float(initial_accumulator_value)
+    if math.isfinite(value) and value > torch.finfo(torch.float32).max:
+        raise ValueError(
+            f"invalid initial_accumulator_value value initial_accumulator_value={value!r}: it "
+            "overflows the fp32 accumulators; pass a value below 3.4e38"
         )
 
 
