@@ -315,8 +315,8 @@ def test_decoupled_weight_decay_is_torchs_name_for_adamw_mode() -> None:
     assert optimizer.param_groups[0]["adamw_mode"] is True
     assert optimizer.param_groups[0]["decoupled_weight_decay"] is True
     assert_parity(
-        train(lambda ps: CPUAdam(ps, lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True)),
-        train(lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1)),
+        train(lambda ps: CPUAdam(ps, lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True), 20),
+        train(lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1), 20),
     )
     with pytest.raises(ValueError, match="disagree"):
         optimizer.add_param_group(
@@ -351,9 +351,12 @@ def test_adagrad_per_group_values_behave_as_torchs(
     split = two_groups(options)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ours = train(lambda ps: CPUAdagrad(split(ps), lr=1e-2, initial_accumulator_value=0.5))
+        ours = train(
+            lambda ps: CPUAdagrad(split(ps), lr=1e-2, initial_accumulator_value=0.5), steps=20
+        )
     torch_ = train(
-        lambda ps: torch.optim.Adagrad(split(ps), lr=1e-2, initial_accumulator_value=0.5)
+        lambda ps: torch.optim.Adagrad(split(ps), lr=1e-2, initial_accumulator_value=0.5),
+        steps=20,
     )
     assert_parity(ours, torch_)
     ignored = [w for w in caught if "initial_accumulator_value" in str(w.message)]
