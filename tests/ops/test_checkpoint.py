@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from anyaccel.ops import hyperparams
 from anyaccel.ops.adagrad import CPUAdagrad, DeepSpeedCPUAdagrad
@@ -401,3 +403,67 @@ def test_checkpoints_move_between_deepspeeds_classes_and_ours_both_ways(
     )
     assert_within_1e6(into_ours, reference)
     assert_within_1e6(into_theirs, reference)
+
+
+# Property: any edit of a checkpoint loads and steps, or is refused with nothing loaded.
+
+EDITS = st.one_of(
+    st.tuples(
+        st.just("state"),
+        st.sampled_from(["exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"]),
+        st.one_of(
+            st.lists(st.integers(0, 6), min_size=0, max_size=3).map(
+                lambda shape: torch.ones(shape)
+            ),
+            st.sampled_from([None, "x", 3, 2.5, True]),
+        ),
+    ),
+    st.tuples(
+        st.just("group"),
+        st.sampled_from(
+            [
+                "lr",
+                "eps",
+                "betas",
+                "amsgrad",
+                "maximize",
+                "weight_decay",
+                "fused",
+                "differentiable",
+                "adamw_mode",
+                "decoupled_weight_decay",
+            ]
+        ),
+        st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.sampled_from([None, "x", True, False, (0.9, 0.99), (1.0, 0.5), [0.5], -1]),
+        ),
+    ),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(edits=st.lists(EDITS, min_size=1, max_size=3), index=st.integers(0, 2))
+def test_an_edited_checkpoint_loads_and_steps_or_is_refused_untouched(
+    edits: list[tuple[str, str, Any]], index: int
+) -> None:
+    source, _ = stepped(CPUAdam, amsgrad=True)
+    checkpoint = copy.deepcopy(source.state_dict())
+    for where, key, value in edits:
+        if where == "state":
+            checkpoint["state"][index][key] = value
+        else:
+            checkpoint["param_groups"][0][key] = value
+    target, params = stepped(CPUAdam)
+    before = snapshot(target)
+    try:
+        target.load_state_dict(checkpoint)
+    except (ValueError, TypeError) as error:
+        assert "checkpoint" in str(error)
+        assert_unchanged(target, before)
+        return
+    run(target, params, gradients(1))
+    for param in params:
+        state = target.state[param]
+        assert isinstance(state["step"], torch.Tensor) and float(state["step"]) >= 1
+        assert all(state[key].shape == param.shape for key in ("exp_avg", "exp_avg_sq"))
