@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import textwrap
-
 import pytest
 import torch.distributed as dist
 
@@ -81,51 +75,3 @@ def test_unavailable_backend_names_the_package(monkeypatch: pytest.MonkeyPatch) 
 def test_rank_needs_world_size() -> None:
     with pytest.raises(DistributedSetupError, match="together"):
         init_distributed(rank=0)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-WORKER = textwrap.dedent(
-    """
-    import torch, torch.distributed as dist
-    from anyaccel import get_accelerator
-    from anyaccel.distributed import init_distributed
-    info = init_distributed()
-    again = init_distributed()
-    acc = get_accelerator()
-    t = torch.tensor([float(info.rank + 1)], device=acc.current_device_name())
-    dist.all_reduce(t)
-    print(dist.get_backend(), info.rank, info.world_size, t.item(), again == info)
-    dist.destroy_process_group()
-    """
-)
-
-
-@pytest.mark.slow
-def test_two_processes_all_reduce_over_gloo() -> None:
-    port = free_port()
-    procs = []
-    for rank in range(2):
-        env = {
-            **{k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"},
-            "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-        }  # fmt: skip
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-W", "ignore", "-c", WORKER],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    outputs = [p.communicate(timeout=180) for p in procs]
-    for proc, (_, err) in zip(procs, outputs, strict=True):
-        assert proc.returncode == 0, err
-    lines = sorted(out.strip() for out, _ in outputs)
-    assert lines == ["gloo 0 2 3.0 True", "gloo 1 2 3.0 True"]

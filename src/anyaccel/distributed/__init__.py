@@ -4,10 +4,12 @@
   (torchrun, DeepSpeed, Open MPI, Intel MPI/MPICH, Slurm) on the accelerator's backend;
 - ``bind_cores()`` splits the node's CPU cores among the local ranks, NUMA-aware;
 - ``assign_visible_devices()`` writes a launcher's per-node device list into an environment;
+- ``all_reduce()`` sums CPU tensors through shared memory when every rank shares the node.
 """
 
 from __future__ import annotations
 
+from anyaccel.distributed.allreduce import CollectiveError, all_reduce, shm_all_reduce_status
 from anyaccel.distributed.binding import (
     CoreBinding,
     CoreBindingError,
@@ -32,11 +34,13 @@ __all__ = [
     "BACKEND_REMEDIES",
     "DEFAULT_MASTER_PORT",
     "LAUNCHERS",
+    "CollectiveError",
     "CoreBinding",
     "CoreBindingError",
     "DistributedSetupError",
     "LaunchInfo",
     "Topology",
+    "all_reduce",
     "assign_visible_devices",
     "bind_cores",
     "current_binding",
@@ -44,4 +48,5 @@ __all__ = [
     "launch_info",
     "parse_core_list",
     "plan_core_binding",
+    "shm_all_reduce_status",
 ]

@@ -6,5 +6,12 @@ from anyaccel.ops.cpu.builder import CPUOpBuilder
 from anyaccel.ops.cpu.cpu_adagrad import CPUAdagradBuilder
 from anyaccel.ops.cpu.cpu_adam import CPUAdamBuilder
 from anyaccel.ops.cpu.cpu_lion import CPULionBuilder
+from anyaccel.ops.cpu.shm_comm import ShareMemCommBuilder
 
-__all__ = ["CPUAdagradBuilder", "CPUAdamBuilder", "CPULionBuilder", "CPUOpBuilder"]
+__all__ = [
+    "CPUAdagradBuilder",
+    "CPUAdamBuilder",
+    "CPULionBuilder",
+    "CPUOpBuilder",
+    "ShareMemCommBuilder",
+]

@@ -1,0 +1,280 @@
+"""``all_reduce`` that sums CPU tensors through shared memory when the group shares one node.
+
+The first eligible call on a group sets it up collectively: the ranks compare where they run
+(host, boot, and the launcher's node number), rank 0 creates an anonymous ``memfd`` segment,
+the others open it through ``/proc``, and once every rank has mapped it the descriptor is
+closed, so the memory goes away with the last process and nothing is left in ``/dev/shm``.
+Groups spanning nodes, other devices, dtypes or ops, and any set-up failure use
+``torch.distributed.all_reduce``; every rank takes the same path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from types import ModuleType
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from anyaccel.distributed.launch import DistributedSetupError
+
+__all__ = [
+    "CollectiveError",
+    "all_reduce",
+    "deepspeed_initialize",
+    "register_deepspeed_ops",
+    "shm_all_reduce_status",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Set to 0 to always use ``torch.distributed.all_reduce``.
+SHM_ENV = "ANYACCEL_SHM_ALLREDUCE"
+#: Bytes per rank per slot; a collective moves larger tensors in chunks of this size.
+SLOT_BYTES = 4 << 20
+#: dtype -> the kernel's dtype code.
+DTYPE_CODES: dict[torch.dtype, int] = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+#: ReduceOp -> the kernel's op code (the others go to torch.distributed).
+OP_CODES: dict[Any, int] = {
+    dist.ReduceOp.SUM: 0,
+    dist.ReduceOp.PRODUCT: 1,
+    dist.ReduceOp.MIN: 2,
+    dist.ReduceOp.MAX: 3,
+}
+_DEFAULT_TIMEOUT = timedelta(minutes=30)
+
+
+class CollectiveError(DistributedSetupError):
+    """A collective could not finish: a rank died, timed out or passed a different tensor."""
+
+
+@dataclass
+class _Group:
+    """A group's shared-memory state: a live communicator, or why the group falls back."""
+
+    communicator: Any | None
+    reason: str
+    timeout: float
+    threads: int
+
+
+_groups: dict[int, tuple[object, _Group]] = {}
+_lock = threading.Lock()
+
+
+def _node_identity() -> str:
+    """Where this process runs: host, boot id, and the launcher's node number if it gives one."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            boot = handle.read().strip()
+    except OSError:
+        boot = ""
+    launcher_node = os.environ.get("GROUP_RANK", os.environ.get("SLURM_NODEID", ""))
+    return f"{socket.gethostname()}/{boot}/{launcher_node}"
+
+
+def _group_timeout(group: Any) -> float:
+    """The group's timeout in seconds (torch's default when the group does not say)."""
+    try:
+        timeout = group._get_backend(torch.device("cpu")).options._timeout
+    except (AttributeError, RuntimeError):
+        timeout = _DEFAULT_TIMEOUT
+    return float(timeout.total_seconds())
+
+
+def _load_module() -> ModuleType:
+    from anyaccel.ops.cpu.shm_comm import ShareMemCommBuilder
+
+    return ShareMemCommBuilder().load()
+
+
+def _local_problem() -> str:
+    """Why this process cannot use shared memory at all ("" when it can)."""
+    if os.environ.get(SHM_ENV, "1").strip() in ("0", "false", "no", "off"):
+        return f"disabled by {SHM_ENV}"
+    if not hasattr(os, "memfd_create"):
+        return "this platform has no memfd_create (Linux only)"
+    try:
+        _load_module()
+    except Exception as exc:  # a build or load failure only means: use torch.distributed
+        return f"the shared-memory op is unavailable ({exc})"
+    return ""
+
+
+def _set_up(group: Any) -> _Group:
+    """Collectively decide the group's path and, on one node, share a segment among its ranks."""
+    size, me = dist.get_world_size(group), dist.get_rank(group)
+    timeout = _group_timeout(group)
+    affinity = getattr(os, "sched_getaffinity", None)
+    cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    threads = max(1, min(torch.get_num_threads(), cores // size))
+    problem = _local_problem()
+    views: list[Any] = [None] * size
+    dist.all_gather_object(views, (_node_identity(), problem), group=group)
+    problems = sorted({p for _, p in views if p})
+    if problems:
+        return _Group(None, "; ".join(problems), timeout, threads)
+    if len({node for node, _ in views}) > 1:
+        return _Group(None, "the group's ranks run on more than one node", timeout, threads)
+
+    module = _load_module()
+    slot = SLOT_BYTES
+    segment = int(module.Communicator.required_bytes(size, slot))
+    communicator: Any = None
+    created = -1
+    offer: list[Any] = [None]
+    if me == 0:
+        try:
+            created = os.memfd_create("anyaccel-allreduce", os.MFD_CLOEXEC)
+            os.ftruncate(created, segment)
+            communicator = module.Communicator(created, segment, size, 0, slot, True)
+            offer[0] = (os.getpid(), created)
+        except OSError as exc:
+            offer[0] = f"rank 0 cannot create a {segment}-byte shared-memory segment ({exc})"
+    dist.broadcast_object_list(offer, src=dist.get_global_rank(group, 0), group=group)
+    failure = offer[0] if isinstance(offer[0], str) else ""
+    if me != 0 and not failure:
+        pid, fd = offer[0]
+        try:
+            opened = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
+            try:
+                communicator = module.Communicator(opened, segment, size, me, slot, False)
+            finally:
+                os.close(opened)
+        except (OSError, RuntimeError) as exc:
+            failure = f"rank {me} cannot open rank 0's segment ({exc})"
+    results: list[Any] = [None] * size
+    dist.all_gather_object(results, (failure, os.getpid()), group=group)
+    if created >= 0:
+        os.close(created)  # every rank has mapped it (or failed): the mapping keeps it alive
+    failures = sorted({f for f, _ in results if f})
+    if failures:
+        if communicator is not None:
+            communicator.close()
+        return _Group(None, "; ".join(failures), timeout, threads)
+    communicator.set_peer_pids([pid for _, pid in results])
+    return _Group(communicator, "", timeout, threads)
+
+
+def _state(group: Any) -> _Group:
+    with _lock:
+        entry = _groups.get(id(group))
+        if entry is not None and entry[0] is group:
+            return entry[1]
+    state = _set_up(group)
+    if state.reason:
+        logger.info("all_reduce on this group uses torch.distributed: %s", state.reason)
+    with _lock:
+        _groups[id(group)] = (group, state)
+    return state
+
+
+def _resolve(group: Any | None) -> Any:
+    return dist.group.WORLD if group is None else group
+
+
+def shm_all_reduce_status(group: Any | None = None) -> str:
+    """``"shared memory"`` or why ``group`` falls back (``"not set up yet"`` before first use)."""
+    with _lock:
+        entry = _groups.get(id(_resolve(group)))
+    if entry is None:
+        return "not set up yet"
+    return "shared memory" if entry[1].communicator is not None else entry[1].reason
+
+
+def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any | None = None) -> None:
+    """Reduce ``tensor`` across ``group`` in place, like ``torch.distributed.all_reduce``.
+
+    CPU tensors (fp32, bf16, fp16; SUM, PRODUCT, MIN, MAX) go through shared memory when every
+    rank of the group runs on this node; everything else calls ``torch.distributed.all_reduce``.
+    The first call on a group is collective set-up. Raises ``CollectiveError`` when a rank
+    dies, stops within the group's timeout, or passes a tensor of another size or dtype.
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"all_reduce takes a torch.Tensor, not {type(tensor).__name__}")
+    if not dist.is_initialized():
+        raise DistributedSetupError(
+            "all_reduce needs a process group: call anyaccel.distributed.init_distributed() first"
+        )
+    pg = _resolve(group)
+    if dist.get_world_size(pg) == 1:
+        return
+    eligible = (
+        tensor.device.type == "cpu"
+        and tensor.layout == torch.strided
+        and tensor.dtype in DTYPE_CODES
+        and op in OP_CODES
+    )
+    if not eligible:
+        dist.all_reduce(tensor, op=op, group=pg)
+        return
+    state = _state(pg)
+    if state.communicator is None:
+        dist.all_reduce(tensor, op=op, group=pg)
+        return
+    work = tensor if tensor.is_contiguous() else tensor.contiguous()
+    try:
+        state.communicator.all_reduce(
+            work.data_ptr(), work.numel(), DTYPE_CODES[work.dtype], OP_CODES[op],
+            state.timeout, state.threads,
+        )  # fmt: skip
+    except (RuntimeError, ValueError) as exc:
+        raise CollectiveError(f"all_reduce over shared memory failed: {exc}") from None
+    if work is not tensor:
+        tensor.copy_(work)
+
+
+# --- DeepSpeed's interface (the ShareMemCommBuilder module calls these) ---------------------
+_library: Any = None
+
+
+def deepspeed_initialize(world_size: int, rank: int) -> None:
+    """DeepSpeed's ``initialize``: set the default group up now, on every rank at once."""
+    if not dist.is_initialized():
+        raise DistributedSetupError(
+            "initialize(world_size, rank) needs torch.distributed initialised first"
+        )
+    live = (dist.get_world_size(), dist.get_rank())
+    if live != (world_size, rank):
+        raise DistributedSetupError(
+            f"initialize({world_size}, {rank}) does not match the process group (world size "
+            f"{live[0]}, rank {live[1]})"
+        )
+    if world_size > 1:
+        _state(_resolve(None))
+
+
+def _inference_all_reduce_(tensor: torch.Tensor) -> torch.Tensor:
+    all_reduce(tensor)
+    return tensor
+
+
+def _inference_all_reduce(tensor: torch.Tensor) -> torch.Tensor:
+    result = tensor.clone()
+    all_reduce(result)
+    return result
+
+
+def register_deepspeed_ops() -> None:
+    """Define ``torch.ops.deepspeed.inference_all_reduce(_)`` unless something already did."""
+    global _library
+    if _library is not None:
+        return
+    namespace = getattr(torch.ops, "deepspeed", None)
+    if namespace is not None and hasattr(namespace, "inference_all_reduce_"):
+        return  # DeepSpeed's own module is loaded: leave its ops alone
+    library_class: Any = torch.library.Library  # untyped in torch
+    library = library_class("deepspeed", "FRAGMENT")
+    library.define("inference_all_reduce(Tensor self) -> Tensor")
+    library.define("inference_all_reduce_(Tensor(a!) self) -> Tensor(a!)")
+    library.impl("inference_all_reduce", _inference_all_reduce, "CPU")
+    library.impl("inference_all_reduce_", _inference_all_reduce_, "CPU")
+    library.impl("inference_all_reduce", torch.empty_like, "Meta")
+    library.impl("inference_all_reduce_", lambda tensor: tensor, "Meta")
+    _library = library

@@ -1,0 +1,491 @@
+// anyaccel shared-memory all-reduce for the ranks of one node.
+//
+// One segment per process group (a memfd the Python side creates and shares), laid out as a
+// header, one control block per rank, then two data slots per rank. A collective moves the
+// tensor through the slots chunk by chunk: each rank copies its chunk into its slot, publishes
+// a sequence number, waits until every rank has published it, then reduces all slots into its
+// own tensor in rank order (so every rank gets the same bits). Two slots per rank alternate, so
+// a rank that runs ahead writes the other slot while its peers still read this one; a rank
+// reaches slot reuse only after every peer published the next sequence, i.e. finished reading.
+//
+// Waiting never blocks forever: it checks a deadline, the peers' "failed" flags, and whether
+// each peer process still exists, and throws an error naming the rank otherwise.
+//
+// Kernels take raw addresses (validated on the Python side), so the build needs only pybind11.
+// The module also carries DeepSpeed's ShareMemCommBuilder interface: initialize(world_size,
+// rank) and vector_kernel_level(), and importing it registers torch.ops.deepspeed's
+// inference_all_reduce ops (through anyaccel.distributed.allreduce).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define ANYACCEL_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define ANYACCEL_RELAX() asm volatile("yield" ::: "memory")
+#else
+#define ANYACCEL_RELAX() asm volatile("" ::: "memory")
+#endif
+
+#include "cpu_optim.h"
+
+namespace py = pybind11;
+
+namespace anyaccel {
+namespace {
+
+constexpr uint64_t kMagic = 0x616e7973686d3031ull;  // "anyshm01"
+constexpr int kSlots = 2;
+
+enum class DType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
+enum class Op : int { kSum = 0, kProduct = 1, kMin = 2, kMax = 3 };
+
+struct Header {
+  uint64_t magic;
+  int64_t world_size;
+  int64_t slot_bytes;
+};
+
+struct alignas(128) Control {
+  uint64_t seq;      // the last sequence this rank published (atomic)
+  uint32_t word;     // low bits of seq, bumped on abandon: the futex peers sleep on
+  uint32_t waiters;  // peers asleep (or about to sleep) on `word`
+  int64_t nbytes[kSlots];
+  int32_t dtype[kSlots];
+  int32_t op[kSlots];
+  int32_t failed;  // set (atomic) when this rank gave up on the communicator
+};
+
+inline size_t element_size(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+
+inline float bf16_to_float(uint16_t bits) {
+  const uint32_t wide = uint32_t(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, sizeof value);
+  return value;
+}
+
+inline float fp16_to_float(uint16_t half) {
+  const uint32_t sign = uint32_t(half & 0x8000u) << 16;
+  const uint32_t exponent = (half >> 10) & 0x1Fu;
+  const uint32_t mantissa = half & 0x3FFu;
+  uint32_t bits;
+  if (exponent == 0x1Fu) {
+    bits = sign | 0x7F800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  } else {  // zero or subnormal: exact in float
+    float value = float(mantissa) * 5.9604644775390625e-8f;  // 2^-24
+    return sign ? -value : value;
+  }
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+template <Op kOp>
+inline float combine(float a, float b) {
+  if constexpr (kOp == Op::kSum) return a + b;
+  if constexpr (kOp == Op::kProduct) return a * b;
+  if constexpr (kOp == Op::kMin) return b < a ? b : a;
+  return b > a ? b : a;
+}
+
+// out[i] = slots[0][i] (op) slots[1][i] (op) ... in rank order, for n elements.
+template <Op kOp>
+void reduce_float(float* __restrict out, const std::vector<const char*>& slots, int64_t begin,
+                  int64_t end) {
+  const float* s0 = reinterpret_cast<const float*>(slots[0]);
+  if (slots.size() == 2) {
+    const float* s1 = reinterpret_cast<const float*>(slots[1]);
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) out[i] = combine<kOp>(s0[i], s1[i]);
+    return;
+  }
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) out[i] = s0[i];
+  for (size_t r = 1; r < slots.size(); ++r) {
+    const float* sr = reinterpret_cast<const float*>(slots[r]);
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) out[i] = combine<kOp>(out[i], sr[i]);
+  }
+}
+
+template <Op kOp, DType kType>
+void reduce_half(uint16_t* __restrict out, const std::vector<const char*>& slots, int64_t begin,
+                 int64_t end) {
+  constexpr int64_t kBlock = 512;
+  float acc[kBlock];
+  for (int64_t start = begin; start < end; start += kBlock) {
+    const int64_t count = std::min(kBlock, end - start);
+    for (size_t r = 0; r < slots.size(); ++r) {
+      const uint16_t* sr = reinterpret_cast<const uint16_t*>(slots[r]) + start;
+      if (r == 0) {
+#pragma omp simd
+        for (int64_t i = 0; i < count; ++i)
+          acc[i] = kType == DType::kBFloat16 ? bf16_to_float(sr[i]) : fp16_to_float(sr[i]);
+      } else {
+#pragma omp simd
+        for (int64_t i = 0; i < count; ++i)
+          acc[i] = combine<kOp>(
+              acc[i], kType == DType::kBFloat16 ? bf16_to_float(sr[i]) : fp16_to_float(sr[i]));
+      }
+    }
+    for (int64_t i = 0; i < count; ++i)
+      out[start + i] = kType == DType::kBFloat16 ? float_to_bf16(acc[i]) : float_to_fp16(acc[i]);
+  }
+}
+
+template <Op kOp>
+void reduce_dispatch_type(DType dtype, char* out, const std::vector<const char*>& slots,
+                          int64_t begin, int64_t end) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return reduce_float<kOp>(reinterpret_cast<float*>(out), slots, begin, end);
+    case DType::kBFloat16:
+      return reduce_half<kOp, DType::kBFloat16>(reinterpret_cast<uint16_t*>(out), slots, begin,
+                                                 end);
+    case DType::kFloat16:
+      return reduce_half<kOp, DType::kFloat16>(reinterpret_cast<uint16_t*>(out), slots, begin,
+                                                end);
+  }
+}
+
+void reduce(Op op, DType dtype, char* out, const std::vector<const char*>& slots, int64_t begin,
+            int64_t end) {
+  switch (op) {
+    case Op::kSum: return reduce_dispatch_type<Op::kSum>(dtype, out, slots, begin, end);
+    case Op::kProduct: return reduce_dispatch_type<Op::kProduct>(dtype, out, slots, begin, end);
+    case Op::kMin: return reduce_dispatch_type<Op::kMin>(dtype, out, slots, begin, end);
+    case Op::kMax: return reduce_dispatch_type<Op::kMax>(dtype, out, slots, begin, end);
+  }
+}
+
+long futex(uint32_t* word, int operation, uint32_t value, const struct timespec* timeout) {
+  return syscall(SYS_futex, word, operation, value, timeout, nullptr, 0);
+}
+
+// Whether process `pid` still runs: it exists and is not a zombie waiting to be reaped.
+bool process_alive(int pid) {
+  if (pid <= 0) return true;  // unknown: rely on the deadline
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  std::ifstream stat(path);
+  if (!stat) return true;  // no /proc: trust kill()
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size()) return true;
+  const char state = text[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+class Communicator {
+ public:
+  Communicator(int fd, int64_t segment_bytes, int world_size, int rank, int64_t slot_bytes,
+               bool create)
+      : world_size_(world_size), rank_(rank), slot_bytes_(slot_bytes), bytes_(segment_bytes) {
+    if (world_size < 1 || rank < 0 || rank >= world_size || slot_bytes <= 0 ||
+        slot_bytes % 64 != 0 || segment_bytes < required_bytes(world_size, slot_bytes)) {
+      throw std::invalid_argument("shared-memory communicator: inconsistent layout arguments");
+    }
+    void* base = mmap(nullptr, size_t(segment_bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+      throw std::runtime_error(std::string("cannot map the shared-memory segment: ") +
+                               std::strerror(errno));
+    }
+    base_ = static_cast<char*>(base);
+    Header* header = reinterpret_cast<Header*>(base_);
+    if (create) {
+      header->world_size = world_size;
+      header->slot_bytes = slot_bytes;
+      __atomic_store_n(&header->magic, kMagic, __ATOMIC_RELEASE);
+    } else if (__atomic_load_n(&header->magic, __ATOMIC_ACQUIRE) != kMagic ||
+               header->world_size != world_size || header->slot_bytes != slot_bytes) {
+      munmap(base_, size_t(bytes_));
+      base_ = nullptr;
+      throw std::runtime_error("the shared-memory segment does not hold this group's layout");
+    }
+    seq_ = __atomic_load_n(&control(rank)->seq, __ATOMIC_ACQUIRE);
+    pids_.assign(size_t(world_size), 0);
+  }
+
+  ~Communicator() { close(); }
+
+  static int64_t required_bytes(int64_t world_size, int64_t slot_bytes) {
+    return header_bytes(world_size) + world_size * kSlots * slot_bytes;
+  }
+
+  void set_peer_pids(const std::vector<int>& pids) {
+    if (int(pids.size()) != world_size_) throw std::invalid_argument("one pid per rank expected");
+    pids_ = pids;
+  }
+
+  void close() {
+    if (base_ != nullptr) {
+      munmap(base_, size_t(bytes_));
+      base_ = nullptr;
+    }
+  }
+
+  bool failed() const { return failed_; }
+
+  // Mark this communicator unusable here and tell the peers, so they stop waiting at once.
+  void abandon() {
+    failed_ = true;
+    if (base_ == nullptr) return;
+    Control* mine = control(rank_);
+    __atomic_store_n(&mine->failed, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&mine->word, 1u, __ATOMIC_SEQ_CST);
+    futex(&mine->word, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+
+  void all_reduce(uintptr_t address, int64_t numel, int dtype_code, int op_code, double timeout,
+                  int threads) {
+    check_usable();
+    if (dtype_code < 0 || dtype_code > 2 || op_code < 0 || op_code > 3 || numel < 0) {
+      throw std::invalid_argument("all_reduce: unknown dtype or op code, or negative size");
+    }
+    const DType dtype = DType(dtype_code);
+    const Op op = Op(op_code);
+    const int64_t elem = int64_t(element_size(dtype));
+    const int64_t chunk_elems = slot_bytes_ / elem;
+    char* data = reinterpret_cast<char*>(address);
+    const auto deadline = deadline_after(timeout);
+    int64_t offset = 0;
+    do {  // an empty tensor still takes one round, so every rank agrees on the sequence
+      const int64_t count = std::min(chunk_elems, numel - offset);
+      run_round(data + offset * elem, count, dtype, op, deadline, timeout, threads);
+      offset += count;
+    } while (offset < numel);
+  }
+
+  void barrier(double timeout) {
+    check_usable();
+    run_round(nullptr, 0, DType::kFloat32, Op::kSum, deadline_after(timeout), timeout, 1);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  static int64_t header_bytes(int64_t world_size) {
+    return 128 + world_size * int64_t(sizeof(Control));
+  }
+
+  static Clock::time_point deadline_after(double timeout) {
+    return Clock::now() + std::chrono::microseconds(int64_t(timeout * 1e6));
+  }
+
+  Control* control(int rank) const {
+    return reinterpret_cast<Control*>(base_ + 128) + rank;
+  }
+
+  char* slot(int rank, int parity) const {
+    return base_ + header_bytes(world_size_) + (int64_t(rank) * kSlots + parity) * slot_bytes_;
+  }
+
+  void check_usable() const {
+    if (base_ == nullptr) throw std::runtime_error("the shared-memory communicator is closed");
+    if (failed_) {
+      throw std::runtime_error(
+          "the shared-memory communicator failed earlier (a rank died or timed out); "
+          "its process group is no longer usable: restart the job");
+    }
+  }
+
+  void run_round(char* data, int64_t count, DType dtype, Op op, Clock::time_point deadline,
+                 double timeout, int threads) {
+    const uint64_t seq = ++seq_;
+    const int parity = int(seq & 1);
+    const int64_t nbytes = count * int64_t(element_size(dtype));
+    Control* mine = control(rank_);
+    if (nbytes > 0) parallel_copy(slot(rank_, parity), data, nbytes, threads);
+    mine->nbytes[parity] = nbytes;
+    mine->dtype[parity] = int32_t(dtype);
+    mine->op[parity] = int32_t(op);
+    publish(mine, seq);
+    wait_for_peers(seq, deadline, timeout);
+    for (int r = 0; r < world_size_; ++r) {
+      const Control* peer = control(r);
+      if (peer->nbytes[parity] != nbytes || peer->dtype[parity] != int32_t(dtype) ||
+          peer->op[parity] != int32_t(op)) {
+        abandon();
+        throw std::runtime_error(
+            "ranks called all_reduce with different tensors: rank " + std::to_string(rank_) +
+            " has a chunk of " + std::to_string(nbytes) + " bytes (dtype code " +
+            std::to_string(int(dtype)) + ", op code " + std::to_string(int(op)) + "), rank " +
+            std::to_string(r) + " has " + std::to_string(peer->nbytes[parity]) +
+            " bytes (dtype code " + std::to_string(peer->dtype[parity]) + ", op code " +
+            std::to_string(peer->op[parity]) + "); every rank must pass the same shape and dtype");
+      }
+    }
+    if (nbytes == 0) return;
+    std::vector<const char*> slots(static_cast<size_t>(world_size_));
+    for (int r = 0; r < world_size_; ++r) slots[size_t(r)] = slot(r, parity);
+    const int64_t grain = 65536;
+    if (threads > 1 && count >= 2 * grain) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (int64_t begin = 0; begin < count; begin += grain) {
+        reduce(op, dtype, data, slots, begin, std::min(count, begin + grain));
+      }
+    } else {
+      reduce(op, dtype, data, slots, 0, count);
+    }
+  }
+
+  static void parallel_copy(char* dst, const char* src, int64_t nbytes, int threads) {
+    const int64_t grain = 256 * 1024;
+    if (threads > 1 && nbytes >= 2 * grain) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (int64_t begin = 0; begin < nbytes; begin += grain) {
+        std::memcpy(dst + begin, src + begin, size_t(std::min(grain, nbytes - begin)));
+      }
+    } else {
+      std::memcpy(dst, src, size_t(nbytes));
+    }
+  }
+
+  bool peers_reached(uint64_t seq) const {
+    for (int r = 0; r < world_size_; ++r) {
+      if (__atomic_load_n(&control(r)->seq, __ATOMIC_ACQUIRE) < seq) return false;
+    }
+    return true;
+  }
+
+  // Publish `seq` and wake any peer asleep on this rank's futex word.
+  static void publish(Control* mine, uint64_t seq) {
+    __atomic_store_n(&mine->seq, seq, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&mine->word, uint32_t(seq), __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&mine->waiters, __ATOMIC_SEQ_CST) != 0) {
+      futex(&mine->word, FUTEX_WAKE, INT_MAX, nullptr);
+    }
+  }
+
+  // Spin briefly (peers usually arrive within microseconds), then sleep on the futex word of
+  // the first peer still behind, waking every 2 ms to check deadlines and liveness.
+  void wait_for_peers(uint64_t seq, Clock::time_point deadline, double timeout) {
+    for (int spin = 0; spin < 2048; ++spin) {
+      if (peers_reached(seq)) return;
+      ANYACCEL_RELAX();
+    }
+    auto next_check = Clock::now();
+    const struct timespec slice = {0, 2000000};
+    for (;;) {
+      int behind = -1;
+      for (int r = 0; r < world_size_ && behind < 0; ++r) {
+        if (__atomic_load_n(&control(r)->seq, __ATOMIC_SEQ_CST) < seq) behind = r;
+      }
+      if (behind < 0) return;
+      const auto now = Clock::now();
+      if (now >= next_check) {
+        next_check = now + std::chrono::milliseconds(2);
+        check_peers(seq, now >= deadline, timeout);
+      }
+      Control* peer = control(behind);
+      const uint32_t observed = __atomic_load_n(&peer->word, __ATOMIC_SEQ_CST);
+      __atomic_fetch_add(&peer->waiters, 1u, __ATOMIC_SEQ_CST);
+      if (__atomic_load_n(&peer->seq, __ATOMIC_SEQ_CST) < seq &&
+          __atomic_load_n(&peer->failed, __ATOMIC_SEQ_CST) == 0) {
+        futex(&peer->word, FUTEX_WAIT, observed, &slice);
+      }
+      __atomic_fetch_sub(&peer->waiters, 1u, __ATOMIC_SEQ_CST);
+    }
+  }
+
+  void check_peers(uint64_t seq, bool expired, double timeout) {
+    std::string late;
+    for (int r = 0; r < world_size_; ++r) {
+      if (r == rank_) continue;
+      const Control* peer = control(r);
+      const bool behind = __atomic_load_n(&peer->seq, __ATOMIC_ACQUIRE) < seq;
+      if (__atomic_load_n(&peer->failed, __ATOMIC_ACQUIRE) != 0) {
+        abandon();
+        throw std::runtime_error("rank " + std::to_string(r) +
+                                 " of the shared-memory group gave up on a collective (it "
+                                 "failed or timed out); this collective cannot finish");
+      }
+      if (behind && !process_alive(pids_[size_t(r)])) {
+        abandon();
+        throw std::runtime_error("rank " + std::to_string(r) + " (pid " +
+                                 std::to_string(pids_[size_t(r)]) +
+                                 ") died during a shared-memory all_reduce; the other ranks "
+                                 "cannot finish it: restart the job");
+      }
+      if (behind) late += (late.empty() ? "" : ", ") + std::to_string(r);
+    }
+    if (expired) {
+      abandon();
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%.1f", timeout);
+      throw std::runtime_error("shared-memory all_reduce timed out after " +
+                               std::string(seconds) + " s (the process group's timeout) "
+                               "waiting for rank(s) " + late +
+                               ", which are alive but did not enter the same collective");
+    }
+  }
+
+  int world_size_;
+  int rank_;
+  int64_t slot_bytes_;
+  int64_t bytes_;
+  char* base_ = nullptr;
+  uint64_t seq_ = 0;
+  bool failed_ = false;
+  std::vector<int> pids_;
+};
+
+// DeepSpeed's ShareMemCommBuilder interface ---------------------------------------------------
+void initialize(int world_size, int rank) {
+  py::module_::import("anyaccel.distributed.allreduce")
+      .attr("deepspeed_initialize")(world_size, rank);
+}
+
+// DeepSpeed's scale: 1 = fp32 kernels usable, 2 = bf16/fp16 too. These kernels are portable
+// C++ compiled for this CPU's own SIMD level, so every dtype is usable wherever they load.
+int vector_kernel_level() { return 2; }
+
+}  // namespace
+}  // namespace anyaccel
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using anyaccel::Communicator;
+  m.doc() = "anyaccel shared-memory all-reduce (DeepSpeed ShareMemCommBuilder interface)";
+  py::class_<Communicator>(m, "Communicator")
+      .def(py::init<int, int64_t, int, int, int64_t, bool>(), py::arg("fd"),
+           py::arg("segment_bytes"), py::arg("world_size"), py::arg("rank"),
+           py::arg("slot_bytes"), py::arg("create"))
+      .def_static("required_bytes", &Communicator::required_bytes)
+      .def("set_peer_pids", &Communicator::set_peer_pids)
+      .def("all_reduce", &Communicator::all_reduce, py::arg("address"), py::arg("numel"),
+           py::arg("dtype"), py::arg("op"), py::arg("timeout"), py::arg("threads"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("barrier", &Communicator::barrier, py::arg("timeout"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("abandon", &Communicator::abandon)
+      .def("failed", &Communicator::failed)
+      .def("close", &Communicator::close);
+  m.def("initialize", &anyaccel::initialize, py::arg("world_size"), py::arg("rank"),
+        "Set up the shared-memory all-reduce for the default process group (DeepSpeed's name).");
+  m.def("vector_kernel_level", &anyaccel::vector_kernel_level,
+        "2: the fp32, bf16 and fp16 kernels all run on this CPU (DeepSpeed's scale).");
+  m.def("simd_level", &anyaccel::simd_level, "The SIMD level this build targets.");
+  py::module_::import("anyaccel.distributed.allreduce").attr("register_deepspeed_ops")();
+}

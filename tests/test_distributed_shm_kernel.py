@@ -1,0 +1,252 @@
+"""The shared-memory all-reduce kernel, driven in one process: one thread per rank, one segment.
+
+The compiled communicator releases the GIL while it waits, so threads stand in for ranks here;
+the multi-process behaviour (torch.distributed set-up, dying ranks) is in
+test_distributed_multiprocess.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+from anyaccel.distributed.allreduce import DTYPE_CODES
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs Linux memfd")
+
+SLOT = 64 << 10  # small slots, so modest tensors already take several chunks
+
+
+@pytest.fixture(scope="module")
+def shm() -> ModuleType:
+    from anyaccel.ops.cpu.shm_comm import ShareMemCommBuilder
+
+    builder = ShareMemCommBuilder()
+    if not builder.is_compatible():
+        pytest.skip(builder.compatibility().reason)
+    return builder.load()
+
+
+def communicators(shm: ModuleType, world_size: int) -> list[Any]:
+    """``world_size`` communicators on one fresh segment, as the ranks of one group."""
+    size = shm.Communicator.required_bytes(world_size, SLOT)
+    fd = os.memfd_create("anyaccel-test", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, size)
+        comms = [shm.Communicator(fd, size, world_size, r, SLOT, r == 0) for r in range(world_size)]
+    finally:
+        os.close(fd)
+    for comm in comms:
+        comm.set_peer_pids([os.getpid()] * world_size)
+    return comms
+
+
+def on_every_rank(world_size: int, work: Callable[[int], object]) -> list[object]:
+    """Run ``work(rank)`` on one thread per rank; return each result or raised exception."""
+    results: list[object] = [None] * world_size
+
+    def run(rank: int) -> None:
+        try:
+            results[rank] = work(rank)
+        except Exception as exc:
+            results[rank] = exc
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world_size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "a rank hung"
+    return results
+
+
+OPS = {"sum": (0, torch.sum), "product": (1, torch.prod), "min": (2, torch.amin),
+       "max": (3, torch.amax)}  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("numel", [0, 1, 7, 40_000])
+def test_sum_matches_a_float32_reference(
+    shm: ModuleType, dtype: torch.dtype, world_size: int, numel: int
+) -> None:
+    comms = communicators(shm, world_size)
+    inputs = [torch.randn(numel, generator=torch.Generator().manual_seed(r)).to(dtype)
+              for r in range(world_size)]  # fmt: skip
+    outputs = [t.clone() for t in inputs]
+    results = on_every_rank(
+        world_size,
+        lambda r: comms[r].all_reduce(outputs[r].data_ptr(), numel, DTYPE_CODES[dtype], 0, 30.0, 1),
+    )
+    assert results == [None] * world_size
+    # accumulated in fp32 in rank order, rounded once: exactly fp32's sum, then the dtype
+    expected = inputs[0].float()
+    for t in inputs[1:]:
+        expected = expected + t.float()
+    for out in outputs:
+        assert torch.equal(out, expected.to(dtype))
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_every_op_matches_torch(shm: ModuleType, name: str) -> None:
+    code, reference = OPS[name]
+    comms = communicators(shm, 2)
+    inputs = [torch.rand(50_000, generator=torch.Generator().manual_seed(r)) + 0.5 for r in (0, 1)]
+    outputs = [t.clone() for t in inputs]
+    on_every_rank(2, lambda r: comms[r].all_reduce(outputs[r].data_ptr(), 50_000, 0, code, 30.0, 1))
+    expected = reference(torch.stack(inputs), dim=0)
+    assert torch.equal(outputs[0], expected) and torch.equal(outputs[1], expected)
+
+
+def test_many_chunks_with_threads_give_identical_results_on_every_rank(shm: ModuleType) -> None:
+    comms = communicators(shm, 2)
+    numel = 10 * SLOT // 4 + 3
+    outputs = [torch.randn(numel, generator=torch.Generator().manual_seed(r)) for r in (0, 1)]
+    expected = outputs[0] + outputs[1]
+    on_every_rank(2, lambda r: comms[r].all_reduce(outputs[r].data_ptr(), numel, 0, 0, 30.0, 2))
+    assert torch.equal(outputs[0], expected) and torch.equal(outputs[1], expected)
+
+
+def test_repeated_collectives_reuse_the_slots(shm: ModuleType) -> None:
+    comms = communicators(shm, 2)
+    values = [torch.zeros(1000), torch.zeros(1000)]
+
+    def rounds(rank: int) -> None:
+        for step in range(50):
+            values[rank].fill_(step + rank)
+            comms[rank].all_reduce(values[rank].data_ptr(), 1000, 0, 0, 30.0, 1)
+            assert values[rank][0].item() == 2 * step + 1
+
+    assert on_every_rank(2, rounds) == [None, None]
+
+
+def test_barrier_waits_for_every_rank(shm: ModuleType) -> None:
+    comms = communicators(shm, 2)
+    arrived: list[float] = []
+
+    def enter(rank: int) -> float:
+        if rank == 1:
+            time.sleep(0.3)
+        arrived.append(time.monotonic())
+        comms[rank].barrier(30.0)
+        return time.monotonic()
+
+    left = on_every_rank(2, enter)
+    assert min(left) >= max(arrived)  # type: ignore[type-var]
+
+
+def test_different_sizes_fail_on_every_rank(shm: ModuleType) -> None:
+    comms = communicators(shm, 2)
+    tensors = [torch.ones(10), torch.ones(11)]
+    results = on_every_rank(
+        2, lambda r: comms[r].all_reduce(tensors[r].data_ptr(), 10 + r, 0, 0, 30.0, 1)
+    )
+    for result in results:
+        assert isinstance(result, RuntimeError) and "different tensors" in str(result)
+    with pytest.raises(RuntimeError, match="failed earlier"):
+        comms[0].all_reduce(tensors[0].data_ptr(), 10, 0, 0, 30.0, 1)
+
+
+def test_a_rank_that_never_arrives_times_out(shm: ModuleType) -> None:
+    comms = communicators(shm, 2)
+    tensor = torch.ones(4)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"timed out after 0\.5 s .*rank\(s\) 1"):
+        comms[0].all_reduce(tensor.data_ptr(), 4, 0, 0, 0.5, 1)
+    assert time.monotonic() - start < 10
+
+
+def test_a_dead_peer_is_detected_before_the_timeout(shm: ModuleType) -> None:
+    comms = communicators(shm, 2)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=60)
+    comms[0].set_peer_pids([os.getpid(), dead.pid])
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=rf"rank 1 \(pid {dead.pid}\) died"):
+        comms[0].all_reduce(torch.ones(4).data_ptr(), 4, 0, 0, 60.0, 1)
+    assert time.monotonic() - start < 10
+
+
+def test_an_unreaped_dead_peer_counts_as_dead(shm: ModuleType) -> None:
+    comms = communicators(shm, 2)
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # exited but not yet waited for: a zombie
+        with open(f"/proc/{zombie.pid}/stat") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        time.sleep(0.05)
+    try:
+        comms[0].set_peer_pids([os.getpid(), zombie.pid])
+        with pytest.raises(RuntimeError, match="died"):
+            comms[0].all_reduce(torch.ones(4).data_ptr(), 4, 0, 0, 60.0, 1)
+    finally:
+        zombie.wait(timeout=60)
+
+
+def test_a_failing_peer_stops_the_others_at_once(shm: ModuleType) -> None:
+    comms = communicators(shm, 2)
+    tensor = torch.ones(4)
+
+    def rank(r: int) -> object:
+        if r == 1:
+            time.sleep(0.2)
+            comms[1].abandon()
+            return None
+        comms[0].all_reduce(tensor.data_ptr(), 4, 0, 0, 60.0, 1)
+        return None
+
+    start = time.monotonic()
+    results = on_every_rank(2, rank)
+    assert isinstance(results[0], RuntimeError) and "gave up" in str(results[0])
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [(-1, 0, 0), (4, 7, 0), (4, 0, 9)],
+    ids=["negative size", "unknown dtype", "unknown op"],
+)
+def test_bad_arguments_are_refused(shm: ModuleType, arguments: tuple[int, int, int]) -> None:
+    comm = communicators(shm, 1)[0]
+    numel, dtype, op = arguments
+    with pytest.raises(ValueError, match="unknown dtype or op code, or negative size"):
+        comm.all_reduce(torch.ones(4).data_ptr(), numel, dtype, op, 1.0, 1)
+
+
+def test_a_segment_of_another_layout_is_refused(shm: ModuleType) -> None:
+    size = shm.Communicator.required_bytes(2, SLOT)
+    fd = os.memfd_create("anyaccel-test", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, size)
+        shm.Communicator(fd, size, 2, 0, SLOT, True)
+        with pytest.raises(RuntimeError, match="does not hold this group's layout"):
+            shm.Communicator(fd, size, 2, 1, SLOT // 2, False)
+    finally:
+        os.close(fd)
+
+
+def test_module_has_deepspeeds_interface(shm: ModuleType) -> None:
+    assert shm.vector_kernel_level() == 2
+    assert callable(shm.initialize)
+    assert hasattr(torch.ops.deepspeed, "inference_all_reduce_")
+    assert hasattr(torch.ops.deepspeed, "inference_all_reduce")
+
+
+def test_builder_is_found_under_deepspeeds_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from anyaccel import get_accelerator
+
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    assert builder is not None
+    assert builder.NAME == "deepspeed_shm_comm"
+    assert builder.absolute_name() == "deepspeed.ops.comm.deepspeed_shm_comm_op"
