@@ -110,6 +110,15 @@ def test_current_binding_describes_this_process() -> None:
     assert text.startswith("cores ") and "torch threads" in text
 
 
+def test_report_shows_this_process_binding(monkeypatch: pytest.MonkeyPatch) -> None:
+    from anyaccel import get_accelerator
+    from anyaccel.cli.report import accelerator_summary
+
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    summary = accelerator_summary(get_accelerator())
+    assert summary["cpu_binding"] == current_binding()
+
+
 BIND_SCRIPT = textwrap.dedent(
     """
     import os, threading, torch

@@ -29,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def accelerator_summary(accelerator: Any) -> dict[str, Any]:
     """The chosen accelerator's main facts, as plain data."""
+    from anyaccel.distributed.binding import current_binding
+
     return {
         "name": accelerator._name,
         "device_count": accelerator.device_count(),
@@ -38,6 +40,7 @@ def accelerator_summary(accelerator: Any) -> dict[str, Any]:
         "visible_devices_envs": accelerator.visible_devices_envs(),
         "compile_backend": accelerator.get_compile_backend(),
         "total_memory": accelerator.total_memory(),
+        "cpu_binding": current_binding(),
     }
 
 
