@@ -75,3 +75,46 @@ def test_unavailable_backend_names_the_package(monkeypatch: pytest.MonkeyPatch) 
 def test_rank_needs_world_size() -> None:
     with pytest.raises(DistributedSetupError, match="together"):
         init_distributed(rank=0)
+
+
+def test_all_reduce_needs_a_process_group() -> None:
+    import torch
+
+    from anyaccel.distributed import all_reduce
+
+    with pytest.raises(
+        DistributedSetupError, match=r"call anyaccel\.distributed\.init_distributed"
+    ):
+        all_reduce(torch.ones(2))
+
+
+def test_all_reduce_takes_tensors_only() -> None:
+    from anyaccel.distributed import all_reduce
+
+    with pytest.raises(TypeError, match=r"torch\.Tensor, not list"):
+        all_reduce([1.0, 2.0])  # type: ignore[arg-type]
+
+
+def test_all_reduce_on_one_rank_leaves_the_tensor_and_sets_nothing_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    import torch
+
+    from anyaccel.distributed import all_reduce, shm_all_reduce_status
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    init_distributed("gloo", rank=0, world_size=1)
+    try:
+        tensor = torch.arange(4.0)
+        all_reduce(tensor)
+        assert tensor.tolist() == [0.0, 1.0, 2.0, 3.0]
+        assert shm_all_reduce_status() == "not set up yet"
+    finally:
+        dist.destroy_process_group()
