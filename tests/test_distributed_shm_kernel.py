@@ -250,3 +250,14 @@ def test_builder_is_found_under_deepspeeds_name(monkeypatch: pytest.MonkeyPatch)
     assert builder is not None
     assert builder.NAME == "deepspeed_shm_comm"
     assert builder.absolute_name() == "deepspeed.ops.comm.deepspeed_shm_comm_op"
+
+
+def test_slots_shrink_for_large_groups_to_bound_the_segment() -> None:
+    from anyaccel.distributed.allreduce import SEGMENT_BUDGET, slot_bytes
+
+    assert slot_bytes(2) == 4 << 20
+    assert slot_bytes(64) == 512 << 10
+    assert slot_bytes(1024) == 256 << 10  # never below 256 KiB
+    for world_size in (2, 3, 7, 16, 100):
+        assert slot_bytes(world_size) % 4096 == 0
+        assert 2 * world_size * slot_bytes(world_size) <= max(SEGMENT_BUDGET, world_size << 19)

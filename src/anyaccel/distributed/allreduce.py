@@ -36,8 +36,10 @@ logger = logging.getLogger(__name__)
 
 #: Set to 0 to always use ``torch.distributed.all_reduce``.
 SHM_ENV = "ANYACCEL_SHM_ALLREDUCE"
-#: Bytes per rank per slot; a collective moves larger tensors in chunks of this size.
+#: Bytes per rank per slot (at most; large groups get smaller slots, see ``slot_bytes``).
 SLOT_BYTES = 4 << 20
+#: The most shared memory one group's segment takes (two slots per rank).
+SEGMENT_BUDGET = 64 << 20
 #: dtype -> the kernel's dtype code.
 DTYPE_CODES: dict[torch.dtype, int] = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 #: ReduceOp -> the kernel's op code (the others go to torch.distributed).
@@ -107,13 +109,26 @@ def _local_problem() -> str:
     return ""
 
 
+def slot_bytes(world_size: int) -> int:
+    """Chunk size per rank: 4 MiB, less for groups so large that the segment would pass 64 MiB."""
+    share = SEGMENT_BUDGET // (2 * world_size)
+    return max(256 << 10, min(SLOT_BYTES, share)) // 4096 * 4096
+
+
+def _kernel_threads(world_size: int) -> int:
+    """Threads per rank for copies and sums: its own cores if bound, else an even share."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    total = os.cpu_count() or 1
+    cores = len(affinity(0)) if affinity is not None else total
+    share = cores if cores < total else total // world_size
+    return max(1, min(torch.get_num_threads(), share))
+
+
 def _set_up(group: Any) -> _Group:
     """Collectively decide the group's path and, on one node, share a segment among its ranks."""
     size, me = dist.get_world_size(group), dist.get_rank(group)
     timeout = _group_timeout(group)
-    affinity = getattr(os, "sched_getaffinity", None)
-    cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
-    threads = max(1, min(torch.get_num_threads(), cores // size))
+    threads = _kernel_threads(size)
     problem = _local_problem()
     views: list[Any] = [None] * size
     dist.all_gather_object(views, (_node_identity(), problem), group=group)
@@ -124,7 +139,7 @@ def _set_up(group: Any) -> _Group:
         return _Group(None, "the group's ranks run on more than one node", timeout, threads)
 
     module = _load_module()
-    slot = SLOT_BYTES
+    slot = slot_bytes(size)
     segment = int(module.Communicator.required_bytes(size, slot))
     communicator: Any = None
     created = -1
