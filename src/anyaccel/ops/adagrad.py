@@ -13,7 +13,12 @@ from torch.optim.optimizer import ParamsT
 from anyaccel.ops.cpu.cpu_adagrad import CPUAdagradBuilder
 from anyaccel.ops.host_optimizer import CopyGroups, HostOptimizer, require_fp32_states
 from anyaccel.ops.hyperparams import ADAGRAD_RULES
-from anyaccel.ops.sparse_adagrad import check_sparse_gradient, sparse_adagrad_update
+from anyaccel.ops.sparse_adagrad import (
+    accumulator,
+    advance_step,
+    check_sparse_gradient,
+    sparse_adagrad_update,
+)
 
 
 class CPUAdagrad(HostOptimizer):
@@ -76,12 +81,8 @@ class CPUAdagrad(HostOptimizer):
         self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
     ) -> tuple[int, ...]:
         """The sum of squared gradients, starting at the constructor's accumulator value."""
-        return (self._accumulator(param, state).data_ptr(),)
-
-    def _accumulator(self, param: torch.Tensor, state: dict[str, Any]) -> torch.Tensor:
-        """``param``'s sum of squares, created at ``initial_accumulator_value`` as torch does."""
         initial = float(self.defaults["initial_accumulator_value"])
-        return self._state_tensor(param, state, self.accumulator_key, initial)
+        return (self._state_tensor(param, state, self.accumulator_key, initial).data_ptr(),)
 
     @torch.no_grad()
     def step(  # type: ignore[override]
@@ -107,11 +108,12 @@ class CPUAdagrad(HostOptimizer):
         for group_index, param_index, param in sparse:
             group, state = self.param_groups[group_index], self.state[param]
             assert param.grad is not None
+            initial = float(self.defaults["initial_accumulator_value"])
             sparse_adagrad_update(
                 param,
                 param.grad,
-                self._accumulator(param, state),
-                self._next_step(state),
+                accumulator(param, state, self.accumulator_key, initial),
+                advance_step(state),
                 lr=float(group["lr"]),
                 lr_decay=float(group["lr_decay"]),
                 eps=float(group["eps"]),

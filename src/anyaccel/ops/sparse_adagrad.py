@@ -6,6 +6,8 @@ in torch tensor ops over those rows only, exactly as ``torch.optim.Adagrad`` com
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -23,6 +25,25 @@ def check_sparse_gradient(
             f"{where}: sparse gradients are supported for fp32 CPU parameters, got "
             f"{param.dtype} on {param.device}; keep the embedding in fp32 on the CPU"
         )
+
+
+def accumulator(
+    param: torch.Tensor, state: dict[str, Any], key: str, initial: float
+) -> torch.Tensor:
+    """``state[key]``, the sum of squares, created at ``initial`` (as torch does) when absent."""
+    value = state.get(key)
+    if not isinstance(value, torch.Tensor):
+        value = state[key] = torch.full_like(param, initial, memory_format=torch.contiguous_format)
+    return value
+
+
+def advance_step(state: dict[str, Any]) -> int:
+    """Count one more step in ``state['step']`` (a float tensor, as torch keeps it); return it."""
+    step = state.get("step")
+    if not isinstance(step, torch.Tensor):
+        step = state["step"] = torch.tensor(float(step or 0.0), dtype=torch.float32)
+    step += 1
+    return int(step.item())
 
 
 def sparse_adagrad_update(
