@@ -17,6 +17,7 @@ __all__ = ["SUBCOMMANDS", "main"]
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("anyaccel.cli.report", "show which accelerator is used here and why"),
     "conformance": ("anyaccel.cli.conformance", "check an accelerator class against the contract"),
+    "check": ("anyaccel.cli.check", "find CUDA-only code in Python files"),
 }
 
 

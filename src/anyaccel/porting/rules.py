@@ -1,0 +1,180 @@
+"""The rules ``anyaccel check`` applies and ``anyaccel port`` rewrites: one stable code each.
+
+The set of ``torch.cuda`` names that port one-to-one comes from the ``Accelerator`` class in
+``anyaccel/abstract.py``, read with ``ast`` so that checking never has to import torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+from pathlib import Path
+from typing import NamedTuple
+
+__all__ = [
+    "CUDA_ALIASES",
+    "RULES",
+    "Rule",
+    "contract_names",
+    "portable_cuda_names",
+    "rule",
+]
+
+
+class Rule(NamedTuple):
+    """One kind of hardware-specific code: its code, a short name, and the fix."""
+
+    code: str
+    name: str
+    message: str
+    suggestion: str
+    #: Whether ``anyaccel port`` rewrites it (in the common forms; see docs/porting.md).
+    portable: bool
+
+
+RULES: dict[str, Rule] = {
+    r.code: r
+    for r in (
+        Rule(
+            "ACC001",
+            "cuda-contract-api",
+            "`{name}` is CUDA-only; the accelerator contract has it",
+            "get_accelerator().{attr}",
+            True,
+        ),
+        Rule(
+            "ACC002",
+            "cuda-only-api",
+            "`{name}` is CUDA-only and has no accelerator-agnostic equivalent",
+            "guard it with `get_accelerator().device_name() == 'cuda'` or drop it",
+            False,
+        ),
+        Rule(
+            "ACC003",
+            "cuda-current-device",
+            "`{name}` returns a CUDA device index",
+            "get_accelerator().current_device_name() as a device, .current_device() as an index",
+            True,
+        ),
+        Rule(
+            "ACC004",
+            "cuda-default-generators",
+            "`{name}` is the CUDA generator list",
+            "get_accelerator().default_generator(i)",
+            True,
+        ),
+        Rule(
+            "ACC010",
+            "cuda-amp-autocast",
+            "`{name}` is autocast for CUDA only",
+            "torch.autocast(device_type=get_accelerator().device_name(), ...)",
+            True,
+        ),
+        Rule(
+            "ACC011",
+            "cuda-amp-grad-scaler",
+            "`{name}` is the CUDA-only gradient scaler",
+            "torch.amp.GradScaler(get_accelerator().device_name(), ...)",
+            True,
+        ),
+        Rule(
+            "ACC012",
+            "cuda-amp-other",
+            "`{name}` is CUDA-only",
+            "its torch.amp counterpart with device_type=get_accelerator().device_name()",
+            False,
+        ),
+        Rule(
+            "ACC020",
+            "cuda-backend-flag",
+            "`{name}` tunes the CUDA/cuDNN backend only and does nothing elsewhere",
+            "set it only when get_accelerator().device_name() == 'cuda'",
+            False,
+        ),
+        Rule(
+            "ACC030",
+            "tensor-cuda",
+            "`.cuda()` moves to a CUDA device only",
+            ".to(get_accelerator().current_device_name())",
+            True,
+        ),
+        Rule(
+            "ACC031",
+            "tensor-is-cuda",
+            "`.is_cuda` is false on every other accelerator",
+            "get_accelerator().on_accelerator(tensor)",
+            True,
+        ),
+        Rule(
+            "ACC032",
+            "tensor-pin-memory",
+            "`.pin_memory()` fails where the build has no pinned-memory support",
+            "get_accelerator().pin_memory(tensor)",
+            True,
+        ),
+        Rule(
+            "ACC040",
+            "cuda-device-string",
+            "the device string {name} names CUDA",
+            "get_accelerator().device_name() or get_accelerator().device_name(i)",
+            True,
+        ),
+        Rule(
+            "ACC041",
+            "nccl-backend",
+            "the communication backend 'nccl' exists for CUDA only",
+            "get_accelerator().communication_backend_name()",
+            True,
+        ),
+        Rule(
+            "ACC042",
+            "cuda-visible-devices",
+            "'CUDA_VISIBLE_DEVICES' selects CUDA devices only",
+            "get_accelerator().visible_devices_envs() / set_visible_devices_envs(env, ids)",
+            False,
+        ),
+    )
+}
+
+#: ``torch.cuda`` names whose anyaccel spelling differs: dotted name under torch.cuda -> method.
+CUDA_ALIASES: dict[str, str] = {
+    "nvtx.range_push": "range_push",
+    "nvtx.range_pop": "range_pop",
+}
+
+#: Contract names that ``torch.cuda`` uses for something else: ``torch.cuda.device`` is a
+#: context manager, ``torch.cuda.amp`` and ``torch.cuda.random`` are modules.
+_DIFFERENT_MEANING = frozenset({"device", "amp", "random"})
+
+
+def rule(code: str) -> Rule:
+    """The rule with ``code``; raises ``KeyError`` naming the known codes."""
+    try:
+        return RULES[code]
+    except KeyError:
+        raise KeyError(f"unknown rule code {code!r}; known: {', '.join(RULES)}") from None
+
+
+@functools.cache
+def contract_names() -> frozenset[str]:
+    """Public method and property names of ``Accelerator``, read from ``abstract.py``'s source."""
+    spec = importlib.util.find_spec("anyaccel.abstract")
+    if spec is None or spec.origin is None:  # pragma: no cover - anyaccel is installed broken
+        raise RuntimeError("cannot locate anyaccel/abstract.py; reinstall anyaccel")
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "Accelerator":
+            return frozenset(
+                item.name
+                for item in node.body
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+                and not item.name.startswith("_")
+            )
+    raise RuntimeError(f"no class Accelerator in {spec.origin}")  # pragma: no cover
+
+
+@functools.cache
+def portable_cuda_names() -> frozenset[str]:
+    """``torch.cuda`` attributes that port to the same-named contract member."""
+    return contract_names() - _DIFFERENT_MEANING

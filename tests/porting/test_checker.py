@@ -1,0 +1,163 @@
+"""The checker's rules, one construct per case, and what it must leave alone."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+
+import pytest
+
+from anyaccel.porting.checker import check_source, could_match, parse_ignores
+from anyaccel.porting.rules import RULES, contract_names, portable_cuda_names, rule
+
+FLAGGED = [
+    ("torch.cuda.synchronize()", "ACC001"),
+    ("torch.cuda.is_available()", "ACC001"),
+    ("s = torch.cuda.Stream()", "ACC001"),
+    ("e = torch.cuda.Event(enable_timing=True)", "ACC001"),
+    ("torch.cuda.nvtx.range_push('x')", "ACC001"),
+    ("p = torch.cuda.get_device_properties(0)", "ACC002"),
+    ("m = torch.cuda", "ACC002"),
+    ("i = torch.cuda.current_device()", "ACC003"),
+    ("g = torch.cuda.default_generators[0]", "ACC004"),
+    ("with torch.cuda.amp.autocast(): pass", "ACC010"),
+    ("s = torch.cuda.amp.GradScaler()", "ACC011"),
+    ("f = torch.cuda.amp.custom_fwd", "ACC012"),
+    ("torch.backends.cudnn.benchmark = True", "ACC020"),
+    ("torch.backends.cuda.matmul.allow_tf32 = True", "ACC020"),
+    ("y = x.cuda()", "ACC030"),
+    ("y = x.cuda(1, non_blocking=True)", "ACC030"),
+    ("b = x.is_cuda", "ACC031"),
+    ("y = x.pin_memory()", "ACC032"),
+    ("d = torch.device('cuda')", "ACC040"),
+    ("d = torch.device('cuda', 1)", "ACC040"),
+    ("y = x.to('cuda:3')", "ACC040"),
+    ("d = f'cuda:{rank}'", "ACC040"),
+    ("dist.init_process_group(backend='nccl')", "ACC041"),
+    ("os.environ['CUDA_VISIBLE_DEVICES'] = '0'", "ACC042"),
+]
+
+
+@pytest.mark.parametrize(("snippet", "code"), FLAGGED)
+def test_each_construct_is_found_with_its_code(snippet: str, code: str) -> None:
+    findings = check_source("import torch\n" + snippet + "\n")
+    assert [f.code for f in findings] == [code]
+    assert findings[0].line == 2
+    assert could_match(snippet)
+
+
+def test_every_rule_has_a_flagged_example() -> None:
+    assert {code for _, code in FLAGGED} == set(RULES)
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "y = x.to(get_accelerator().current_device_name())",
+        "y = get_accelerator().pin_memory(x)",
+        "y = x.pin_memory(device)",  # an argument: not Tensor.pin_memory()
+        "name = 'cudart'",
+        "'''A docstring that mentions torch.cuda.synchronize() and 'cuda'.'''",
+        "# torch.cuda.synchronize()",
+        "y = torch.xpu.synchronize()",
+        "c = cuda.synchronize()  # a local object called cuda, not torch.cuda",
+        "f = x.cuda",  # the bound method, not a move
+    ],
+)
+def test_agnostic_or_unrelated_code_is_not_flagged(snippet: str) -> None:
+    assert check_source("import torch\n" + snippet + "\n") == []
+
+
+def test_import_aliases_are_resolved() -> None:
+    source = (
+        "import torch as th\nimport torch.cuda as tc\nfrom torch.cuda import synchronize\n"
+        "from torch.cuda.amp import autocast as ac\n"
+        "def f():\n    th.cuda.empty_cache()\n    tc.manual_seed(1)\n    synchronize()\n"
+        "    with ac():\n        pass\n"
+    )
+    found = [(f.line, f.code, f.message.split("`")[1]) for f in check_source(source)]
+    assert found == [
+        (6, "ACC001", "torch.cuda.empty_cache"),
+        (7, "ACC001", "torch.cuda.manual_seed"),
+        (8, "ACC001", "torch.cuda.synchronize"),
+        (9, "ACC010", "torch.cuda.amp.autocast"),
+    ]
+
+
+def test_decorators_and_nested_blocks_are_checked() -> None:
+    source = (
+        "import torch\n@register('cuda')\nclass A:\n    def f(self):\n"
+        "        try:\n            pass\n        except torch.cuda.OutOfMemoryError:\n"
+        "            if x:\n                for i in y:\n"
+        "                    torch.cuda.synchronize()\n"
+    )
+    assert [(f.line, f.code) for f in check_source(source)] == [
+        (2, "ACC040"),
+        (7, "ACC002"),
+        (10, "ACC001"),
+    ]
+
+
+def test_statements_guarded_to_cuda_are_not_flagged() -> None:
+    source = (
+        "import torch\nfrom anyaccel import get_accelerator\n"
+        "if get_accelerator().device_name() == 'cuda':\n"
+        "    torch.backends.cudnn.benchmark = True\n    print(torch.cuda.get_device_name(0))\n"
+        "else:\n    torch.cuda.synchronize()\n"
+    )
+    assert [(f.line, f.code) for f in check_source(source)] == [(7, "ACC001")]
+
+
+def test_position_and_format_follow_file_line_col() -> None:
+    (finding,) = check_source("x = 1\ny = 'é' + z.cuda()\n", "pkg/m.py")
+    assert (finding.line, finding.column) == (2, 11)
+    assert finding.format().startswith("pkg/m.py:2:11: ACC030 ")
+    assert finding.format().endswith("(.to(get_accelerator().current_device_name()))")
+
+
+def test_inline_ignore_silences_named_codes_only() -> None:
+    source = (
+        "import torch\n"
+        "x.cuda(); y.is_cuda  # anyaccel: ignore[ACC030]\n"
+        "torch.cuda.synchronize()  # anyaccel: ignore\n"
+        "z.cuda()  # anyaccel: ignore[acc031, ACC030]\n"
+    )
+    assert [(f.line, f.code) for f in check_source(source)] == [(2, "ACC031")]
+
+
+def test_parse_ignores_reads_codes_and_bare_form() -> None:
+    assert parse_ignores("a  # anyaccel: ignore[ACC001,ACC040]\nb\nc # anyaccel:ignore\n") == {
+        1: frozenset({"ACC001", "ACC040"}),
+        3: None,
+    }
+
+
+def test_syntax_errors_raise() -> None:
+    with pytest.raises(SyntaxError):
+        check_source("torch.cuda.synchronize(\n")
+
+
+def test_portable_names_come_from_the_contract() -> None:
+    from anyaccel.abstract import Accelerator
+
+    public = {
+        name
+        for name, value in vars(Accelerator).items()
+        if not name.startswith("_") and (inspect.isfunction(value) or isinstance(value, property))
+    }
+    assert contract_names() == public
+    assert "synchronize" in portable_cuda_names()
+    assert "device" not in portable_cuda_names()  # torch.cuda.device is a context manager
+
+
+def test_rule_lookup_names_unknown_codes() -> None:
+    assert rule("ACC001").name == "cuda-contract-api"
+    with pytest.raises(KeyError, match=r"ACC999.*known: ACC001"):
+        rule("ACC999")
+
+
+def test_messages_and_suggestions_format_for_every_rule() -> None:
+    for code, entry in RULES.items():
+        assert entry.message.format(name="x") and entry.suggestion.format(attr="y"), code
+        assert code.startswith("ACC") and len(code) == 6
+    assert ast.parse("")  # the checker relies on the stdlib parser only
