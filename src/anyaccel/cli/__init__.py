@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("anyaccel.cli.report", "show which accelerator is used here and why"),
     "conformance": ("anyaccel.cli.conformance", "check an accelerator class against the contract"),
     "check": ("anyaccel.cli.check", "find CUDA-only code in Python files"),
+    "port": ("anyaccel.cli.port", "rewrite CUDA-only code to use get_accelerator()"),
 }
 
 

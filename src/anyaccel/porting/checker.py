@@ -226,6 +226,23 @@ class _Visitor(ast.NodeVisitor):
                 self.found.append((node, "ACC032", ".pin_memory()", ""))
         self.generic_visit(node)
 
+    def visit_Dict(self, node: ast.Dict) -> None:
+        for key in node.keys:  # {"cuda": ...} is a label, not a device
+            if key is not None:
+                self._visit_label(key)
+        for value in node.values:
+            self.visit(value)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        self.visit(node.value)
+        self._visit_label(node.slice)  # state["cuda"] is a label too
+
+    def _visit_label(self, node: ast.expr) -> None:
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            self.visit(node)
+        elif node.value == "CUDA_VISIBLE_DEVICES":  # an environment key is what matters here
+            self.found.append((node, "ACC042", "'CUDA_VISIBLE_DEVICES'", ""))
+
     def visit_Constant(self, node: ast.Constant) -> None:
         value = node.value
         if not isinstance(value, str):

@@ -21,7 +21,8 @@ def main():
     rank, local_rank = setup()
     device = f"cuda:{local_rank}"
     model = torch.nn.Linear(8, 8).to(device)
-    ddp_model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() and dist.get_backend() == "nccl" else None)
+    # The module sits on one device, so DDP needs no device_ids.
+    ddp_model = DDP(model)
     opt = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
     for _ in range(5):
         opt.zero_grad()
@@ -30,6 +31,8 @@ def main():
         opt.step()
     total = torch.tensor([float(rank)], device=torch.cuda.current_device())
     dist.all_reduce(total)
+    if dist.get_backend() == "nccl":
+        torch.cuda.synchronize()
     dist.barrier()
     print(f"rank {rank} sum of ranks {total.item()}")
     dist.destroy_process_group()

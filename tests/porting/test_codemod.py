@@ -1,0 +1,184 @@
+"""``port_source``: each rewrite, the import it adds, and what it refuses to guess."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from anyaccel.porting.checker import check_source
+from anyaccel.porting.codemod import PortError, port_source
+
+IMPORT = "from anyaccel import get_accelerator\n"
+
+REWRITES = [
+    ("torch.cuda.synchronize()", "get_accelerator().synchronize()"),
+    ("n = torch.cuda.device_count()", "n = get_accelerator().device_count()"),
+    ("s = torch.cuda.Stream()", "s = get_accelerator().Stream()"),
+    ("with torch.cuda.stream(s): pass", "with get_accelerator().stream(s): pass"),
+    ("torch.cuda.nvtx.range_push('step')", "get_accelerator().range_push('step')"),
+    ("i = torch.cuda.current_device()", "i = get_accelerator().current_device()"),
+    (
+        "d = torch.device(torch.cuda.current_device())",
+        "d = torch.device(get_accelerator().current_device_name())",
+    ),
+    (
+        "y = x.to(torch.cuda.current_device())",
+        "y = x.to(get_accelerator().current_device_name())",
+    ),
+    (
+        "t = torch.zeros(1, device=torch.cuda.current_device())",
+        "t = torch.zeros(1, device=get_accelerator().current_device_name())",
+    ),
+    (
+        "g = torch.cuda.default_generators[i]",
+        "g = get_accelerator().default_generator(i)",
+    ),
+    ("y = x.cuda()", "y = x.to(get_accelerator().current_device_name())"),
+    (
+        "y = x.cuda(non_blocking=True)",
+        "y = x.to(get_accelerator().current_device_name(), non_blocking=True)",
+    ),
+    ("y = x.cuda(local_rank)", "y = x.to(get_accelerator().device_name(local_rank))"),
+    ("y = x.cuda(1)", "y = x.to(get_accelerator().device_name(1))"),
+    ("b = x.is_cuda", "b = get_accelerator().on_accelerator(x)"),
+    ("p = x.pin_memory()", "p = get_accelerator().pin_memory(x)"),
+    ("d = torch.device('cuda')", "d = torch.device(get_accelerator().device_name())"),
+    ("d = torch.device('cuda', 2)", "d = torch.device(get_accelerator().device_name(), 2)"),
+    ("y = x.to('cuda:1')", "y = x.to(get_accelerator().device_name(1))"),
+    ("d = f'cuda:{rank}'", "d = get_accelerator().device_name(rank)"),
+    (
+        "with torch.cuda.amp.autocast(): pass",
+        "with torch.autocast(device_type=get_accelerator().device_name()): pass",
+    ),
+    (
+        "with torch.cuda.amp.autocast(True, torch.bfloat16): pass",
+        "with torch.autocast(device_type=get_accelerator().device_name(), enabled=True, "
+        "dtype=torch.bfloat16): pass",
+    ),
+    (
+        "s = torch.cuda.amp.GradScaler(init_scale=2.0**10)",
+        "s = torch.amp.GradScaler(get_accelerator().device_name(), init_scale=2.0**10)",
+    ),
+    (
+        "dist.init_process_group(backend='nccl')",
+        "dist.init_process_group(backend=get_accelerator().communication_backend_name())",
+    ),
+    (
+        "torch.backends.cudnn.benchmark = True",
+        'if get_accelerator().device_name() == "cuda":\n    torch.backends.cudnn.benchmark = True',
+    ),
+    (
+        "torch.cuda.reset_accumulated_memory_stats()",
+        'if get_accelerator().device_name() == "cuda":\n'
+        "    torch.cuda.reset_accumulated_memory_stats()",
+    ),
+]
+
+
+@pytest.mark.parametrize(("before", "after"), REWRITES)
+def test_each_rewrite(before: str, after: str) -> None:
+    result = port_source(f"import torch\n{before}\n")
+    assert result.ported == f"import torch\n{IMPORT}\n{after}\n"
+    assert result.left == [] and result.rewrites >= 1
+    assert port_source(result.ported).ported == result.ported  # idempotent
+
+
+@pytest.mark.parametrize(
+    ("source", "code"),
+    [
+        ("y = x.cuda(device)", "ACC030"),  # a torch.device or a string? not visible
+        ("m = torch.cuda.memory_allocated(device=d)", "ACC001"),  # device= may be a device
+        ("p = torch.cuda.get_device_properties(0)", "ACC002"),  # binds a name: not guarded
+        ("os.environ['CUDA_VISIBLE_DEVICES'] = '0'", "ACC042"),
+        ("def f(s: torch.cuda.Stream): pass", "ACC001"),  # an annotation
+        ("g = torch.cuda.default_generators", "ACC004"),  # the list itself
+        ("f = torch.cuda.amp.custom_fwd", "ACC012"),
+    ],
+)
+def test_unsafe_rewrites_are_left_and_reported_with_the_line(source: str, code: str) -> None:
+    result = port_source(f"import os, torch\n\n{source}\n")
+    assert [(f.line, f.code) for f in result.left] == [(3, code)]
+
+
+def test_import_goes_after_docstring_and_future_imports_once() -> None:
+    source = (
+        '"""Doc."""\nfrom __future__ import annotations\n\nimport torch\n\n'
+        "torch.cuda.synchronize()\ntorch.cuda.synchronize()\n"
+    )
+    ported = port_source(source).ported
+    assert ported.count(IMPORT) == 1
+    assert ported.index('"""Doc."""') < ported.index("__future__") < ported.index(IMPORT)
+    assert ast.parse(ported)
+
+
+def test_existing_get_accelerator_import_is_reused() -> None:
+    source = "from deepspeed.accelerator import get_accelerator\nimport torch\nx.cuda()\n"
+    ported = port_source(source).ported
+    assert "from anyaccel" not in ported and ".to(get_accelerator()" in ported
+
+
+def test_replaced_cuda_imports_are_removed_and_torch_added() -> None:
+    source = (
+        "from torch.cuda.amp import GradScaler, autocast\n"
+        "with autocast():\n    pass\ns = GradScaler()\n"
+    )
+    ported = port_source(source).ported
+    assert "torch.cuda" not in ported and "import torch\n" in ported
+    assert "torch.autocast(device_type=get_accelerator().device_name())" in ported
+
+
+def test_comments_and_formatting_survive() -> None:
+    source = "import torch\n\n\nx = (  # keep me\n    y.cuda()   # and me\n)\n"
+    ported = port_source(source).ported
+    assert "# keep me" in ported and "   # and me" in ported
+
+
+def test_guarded_code_and_labels_are_left_alone() -> None:
+    source = (
+        "import torch\nfrom anyaccel import get_accelerator\n"
+        "if get_accelerator().device_name() == 'cuda':\n    torch.cuda.synchronize()\n"
+        "states = {'cuda': 1}\nv = states['cuda']\n'''A docstring about 'cuda'.'''\n"
+    )
+    result = port_source(source)
+    assert not result.changed and result.left == []
+
+
+def test_files_without_cuda_are_returned_as_they_are() -> None:
+    source = "import torch\nx = torch.zeros(3)\n"
+    result = port_source(source)
+    assert result.ported is source and result.diff() == ""
+
+
+def test_unparsable_source_is_refused() -> None:
+    with pytest.raises(PortError, match=r"bad\.py:1:7: cannot parse"):
+        port_source("def f(:\n    torch.cuda.synchronize()\n", "bad.py")
+
+
+def test_left_lines_refer_to_the_original_file() -> None:
+    source = "import os\nimport torch\n\nx.cuda()\n\nos.environ['CUDA_VISIBLE_DEVICES'] = '1'\n"
+    result = port_source(source)
+    assert [(f.line, f.code) for f in result.left] == [(6, "ACC042")]
+
+
+SNIPPETS = [before for before, _ in REWRITES] + [
+    "y = x.cuda(device)",
+    "if torch.cuda.is_available():\n    torch.cuda.empty_cache()",
+    "def f(d='cuda:0'):\n    return torch.cuda.current_device()",
+    "x = [t.cuda() for t in ts if t.is_cuda]",
+    "with torch.cuda.amp.autocast(enabled=False), torch.cuda.stream(s):\n    pass",
+]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(SNIPPETS), min_size=1, max_size=6))
+def test_any_mix_ports_to_parsable_idempotent_code_that_check_agrees_with(
+    parts: list[str],
+) -> None:
+    source = "import torch\n" + "\n".join(parts) + "\n"
+    result = port_source(source)
+    ast.parse(result.ported)
+    assert port_source(result.ported).ported == result.ported
+    assert len(check_source(result.ported)) == len(result.left)

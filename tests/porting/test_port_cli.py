@@ -1,0 +1,94 @@
+"""``anyaccel port`` as a user runs it: diff by default, --write, exit codes, missing libcst."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+SCRIPT = "import torch\nx = torch.zeros(1).cuda()\n"
+
+
+def run_port(
+    *args: str, cwd: Path, python_args: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *python_args, "-m", "anyaccel", "port", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        timeout=180,
+    )
+
+
+def test_default_prints_a_diff_and_leaves_the_file(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    result = run_port("train.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "--- a/train.py" in result.stdout
+    assert "+x = torch.zeros(1).to(get_accelerator().current_device_name())" in result.stdout
+    assert (tmp_path / "train.py").read_text() == SCRIPT
+    assert "would port 1 of 1 file(s)" in result.stderr
+
+
+def test_write_ports_in_place_and_a_second_run_changes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    first = run_port("--write", ".", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    ported = (tmp_path / "train.py").read_text()
+    assert "from anyaccel import get_accelerator" in ported
+    second = run_port(".", cwd=tmp_path)
+    assert (second.returncode, second.stdout) == (0, "")
+    assert (tmp_path / "train.py").read_text() == ported
+
+
+def test_what_is_left_is_listed_with_its_line(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text("import torch\n\nx = y.cuda(dev)\n")
+    result = run_port("--write", "m.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "left for you: m.py:3:5: ACC030" in result.stderr
+
+
+def test_unparsable_file_is_an_error_and_not_touched(tmp_path: Path) -> None:
+    broken = "def f(:\n    torch.cuda.synchronize()\n"
+    (tmp_path / "bad.py").write_text(broken)
+    result = run_port("--write", ".", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "bad.py:1:7: cannot parse" in result.stderr and "Traceback" not in result.stderr
+    assert (tmp_path / "bad.py").read_text() == broken
+
+
+def test_missing_libcst_is_explained(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "libcst.py").write_text("raise ImportError('No module named libcst')\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "anyaccel", "port", "train.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": f"{blocker}{os.pathsep}{SRC}"},
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "pip install 'anyaccel[port]'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_import_anyaccel_and_check_do_not_import_libcst(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    code = (
+        "import sys\nfrom anyaccel.cli import main\nstatus = main(['check', sys.argv[1]])\n"
+        "print(status, 'libcst' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        timeout=120,
+    )
+    assert result.stdout.splitlines()[-1] == "1 False", result.stderr
