@@ -24,7 +24,7 @@ from anyaccel.errors import (
     InvalidAcceleratorError,
     UnknownAcceleratorError,
 )
-from anyaccel.testing.simulated import simulate_cuda
+from anyaccel.testing.simulated import simulate_cpu_only_torch, simulate_cuda
 
 
 class NamedCpu(CpuAccelerator):
@@ -67,7 +67,10 @@ def candidates(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., list[s
 
 # ---------------------------------------------------------------- the default cascade
 def test_cpu_only_machine_falls_back_to_cpu_with_a_warning() -> None:
-    with pytest.warns(CpuFallbackWarning, match="DS_ACCELERATOR") as record:
+    with (
+        simulate_cpu_only_torch(),
+        pytest.warns(CpuFallbackWarning, match="DS_ACCELERATOR") as record,
+    ):
         acc = anyaccel.get_accelerator()
     assert acc._name == "cpu"
     assert "cuda" in str(record[0].message)
@@ -141,7 +144,7 @@ def test_a_candidate_that_fails_to_instantiate_is_passed_over(
 
 
 def test_probe_records_are_timed_and_logged(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="anyaccel.detection"):
+    with simulate_cpu_only_torch(), caplog.at_level(logging.DEBUG, logger="anyaccel.detection"):
         _, report = detection.detect_accelerator()
     assert all(p.seconds >= 0 for p in report.probes)
     assert report.seconds >= sum(p.seconds for p in report.probes)
@@ -150,7 +153,8 @@ def test_probe_records_are_timed_and_logged(caplog: pytest.LogCaptureFixture) ->
 
 
 def test_report_formats_and_serialises() -> None:
-    _, report = detection.detect_accelerator()
+    with simulate_cpu_only_torch():
+        _, report = detection.detect_accelerator()
     text = report.format()
     assert "accelerator: cpu" in text and "CPU-only build" in text and "-> selected" in text
     data = json.loads(json.dumps(report.to_dict()))
@@ -200,7 +204,7 @@ def test_a_module_path_is_never_imported(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_forced_cuda_on_cpu_only_torch_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DS_ACCELERATOR", "cuda")
-    with pytest.raises(AcceleratorUnavailableError) as info:
+    with simulate_cpu_only_torch(), pytest.raises(AcceleratorUnavailableError) as info:
         anyaccel.get_accelerator()
     assert info.value.kind == "not_installed"
     assert "CPU-only build" in str(info.value)

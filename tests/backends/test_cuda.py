@@ -8,7 +8,11 @@ import pytest
 import torch
 
 from anyaccel.backends.cuda import CudaAccelerator, probe
-from anyaccel.testing.simulated import SimulatedDeviceModule, simulate_cuda
+from anyaccel.testing.simulated import (
+    SimulatedDeviceModule,
+    simulate_cpu_only_torch,
+    simulate_cuda,
+)
 
 
 @pytest.fixture
@@ -28,10 +32,23 @@ def called(sim: SimulatedDeviceModule, name: str) -> bool:
 
 # ---------------------------------------------------------------- probe
 def test_probe_on_cpu_only_torch_says_so() -> None:
-    outcome = probe()
+    with simulate_cpu_only_torch():
+        outcome = probe()
     assert outcome.kind == "not_installed"
     assert "CPU-only build" in outcome.reason
     assert "CUDA" in outcome.remedy
+
+
+def test_probe_matches_the_installed_torch_build() -> None:
+    """Whatever torch this is (CPU-only, CUDA or ROCm wheel, with or without a GPU)."""
+    outcome = probe()
+    if not torch.backends.cuda.is_built():  # type: ignore[no-untyped-call]
+        assert outcome.kind == "not_installed" and "CPU-only build" in outcome.reason
+    elif torch.cuda.device_count() == 0:
+        assert outcome.kind == "no_device" and "sees no GPU" in outcome.reason
+        assert ("ROCm" if torch.version.hip else "CUDA") in outcome.reason
+    else:
+        assert outcome.available and outcome.device_count == torch.cuda.device_count()
 
 
 def test_probe_counts_devices_without_initialising(sim: SimulatedDeviceModule) -> None:

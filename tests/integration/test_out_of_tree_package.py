@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -53,11 +56,17 @@ _SCENARIOS = {
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv reusing this interpreter's packages (torch), with the example pip-installed."""
     root = tmp_path_factory.mktemp("venv")
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(root)],
-        check=True,
-    )
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     python = root / "bin" / "python"
+    # This interpreter's packages (torch, pip, hatchling), whether it is itself a venv or not:
+    # --system-site-packages would reach the base interpreter's, not a venv's.
+    child_site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    Path(child_site, "_parent_site.pth").write_text("\n".join(_site_packages()) + "\n")
+    if importlib.util.find_spec("hatchling") is None:  # the example's build backend
+        pytest.fail('hatchling is missing: install the test extras, pip install -e ".[test]"')
     source = tmp_path_factory.mktemp("src") / "acme-accel"  # build a copy, not the checkout
     shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     subprocess.run(
@@ -66,6 +75,14 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=True, cwd=source, env=_env(),
     )  # fmt: skip
     return python
+
+
+def _site_packages() -> list[str]:
+    """Where this interpreter finds its installed packages."""
+    paths = [*site.getsitepackages(), sysconfig.get_path("purelib"), sysconfig.get_path("platlib")]
+    if site.ENABLE_USER_SITE:
+        paths.append(site.getusersitepackages())
+    return list(dict.fromkeys(path for path in paths if os.path.isdir(path)))
 
 
 def _env(**extra: str) -> dict[str, str]:

@@ -37,6 +37,7 @@ __all__ = [
     "SimulatedGraph",
     "patched_attributes",
     "simulate_broken_import",
+    "simulate_cpu_only_torch",
     "simulate_cuda",
     "simulate_hpu",
     "simulate_mlu",
@@ -453,6 +454,30 @@ def simulate_cuda(
         modules={"torch.cuda": module},
     ):
         yield module
+
+
+@contextlib.contextmanager
+def simulate_cpu_only_torch() -> Iterator[None]:
+    """Make ``torch`` look like a CPU-only build, whatever build is installed (CUDA, ROCm...).
+
+    Tests about the CPU fallback use it so that they hold on a CUDA or ROCm wheel too.
+    """
+
+    def no_accelerator(check_available: bool = False) -> None:
+        return None
+
+    patches: list[tuple[object, str, object]] = [
+        (torch.backends.cuda, "is_built", lambda: False),
+        (torch.version, "cuda", None),
+        (torch.version, "hip", None),
+        (torch.cuda, "device_count", lambda: 0),
+        (torch.cuda, "is_available", lambda: False),
+    ]
+    accelerator_api = getattr(torch, "accelerator", None)  # torch >= 2.6
+    if accelerator_api is not None:
+        patches.append((accelerator_api, "current_accelerator", no_accelerator))
+    with patched_attributes(*patches):
+        yield
 
 
 # ====================================================================== vendor runtimes
