@@ -12,13 +12,17 @@ import contextlib
 import fcntl
 import hashlib
 import importlib.util
+import io
 import json
+import logging
 import os
 import platform
 import re
 import shutil
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +31,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import ClassVar
 
-from anyaccel.ops.errors import BuildToolMissingError, OpBuildError, OpNotAvailableError
+from anyaccel.ops.errors import (
+    BuildToolMissingError,
+    ExtensionsDirError,
+    OpBuildError,
+    OpLoadError,
+    OpNotAvailableError,
+)
 
 #: Where compiled ops are cached (shared with torch's own JIT extensions).
 EXTENSIONS_DIR_ENV = "TORCH_EXTENSIONS_DIR"
@@ -39,6 +49,50 @@ _LOCK_FILE = "anyaccel.lock"
 
 _loaded: dict[str, ModuleType] = {}
 _load_lock = threading.RLock()
+
+#: Builds are announced here (INFO) and cache repairs warned about (WARNING).
+logger = logging.getLogger("anyaccel.ops")
+
+
+class _StderrHandler(logging.Handler):
+    """Writes to whatever ``sys.stderr`` is at the time (as logging's handler of last resort)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+
+_default_handler = _StderrHandler()
+_default_handler.setFormatter(logging.Formatter("[anyaccel] %(message)s"))
+
+
+def _logging_unconfigured() -> bool:
+    """Whether neither the application nor the user has configured logging for anyaccel."""
+    root = logging.getLogger()
+    chain = (logging.getLogger("anyaccel"), logger)
+    return (
+        not root.handlers
+        and root.level <= logging.WARNING
+        and logging.root.manager.disable < logging.INFO
+        and all(node.level == logging.NOTSET and not node.handlers for node in chain)
+    )
+
+
+def announce(message: str) -> None:
+    """Log ``message`` at INFO on ``anyaccel.ops``, shown on stderr while logging is unconfigured.
+
+    Builds take seconds to minutes, so users see them by default; once logging is configured
+    the usual rules apply (``logging.getLogger("anyaccel").setLevel(logging.WARNING)`` silences).
+    """
+    if _logging_unconfigured():
+        _default_handler.handle(
+            logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, (), None)
+        )
+    else:
+        logger.info(message)
 
 
 @dataclass(frozen=True)
@@ -276,12 +330,30 @@ class OpBuilder:
 
     # --- building and loading --------------------------------------------------------------
     def load(self, verbose: bool = False) -> ModuleType:
-        """The compiled module: from this process's cache, the on-disk cache, or a fresh build."""
+        """The compiled module: from this process's cache, the on-disk cache, or a fresh build.
+
+        Raises ``OpNotAvailableError`` when the op cannot run here (wrong backend, a forced SIMD
+        level this CPU lacks), ``BuildToolMissingError`` when a build is needed and a tool is
+        missing, ``ExtensionsDirError`` when the cache directory is unusable, ``OpBuildError``
+        when compiling fails and ``OpLoadError`` when a library does not load even after one
+        rebuild; all are ``OpError``s. A build is announced on the ``anyaccel.ops`` logger.
+        """
+        verdict = self.platform_compatibility()
+        if not verdict:
+            raise OpNotAvailableError(f"op {self.NAME!r} cannot run here: {verdict.reason}")
         plan = self.plan()
         with _load_lock:
             module = _loaded.get(plan.key)
             if module is None:
-                module = self._load_uncached(plan, verbose)
+                try:
+                    module = self._load_uncached(plan)
+                except (OSError, ImportError) as exc:  # last resort: never a raw loader error
+                    raise OpLoadError(
+                        f"loading op {self.NAME!r} failed: {type(exc).__name__}: {exc}; "
+                        f"cache: {plan.build_directory}",
+                        library_path=plan.library_path,
+                        loader_message=str(exc),
+                    ) from exc
                 _loaded[plan.key] = module
         return module
 
@@ -308,28 +380,129 @@ class OpBuilder:
             extra_link_args=list(plan.ldflags),
         )
 
-    def _load_uncached(self, plan: BuildPlan, verbose: bool) -> ModuleType:
-        """Import a finished build from disk, building it first (under a file lock) if needed."""
-        platform_ok = self.platform_compatibility()
-        if not platform_ok:
-            raise OpNotAvailableError(f"op {self.NAME!r} cannot run here: {platform_ok.reason}")
+    def _load_uncached(self, plan: BuildPlan) -> ModuleType:
+        """Import a finished build from disk, building it first (under a file lock) if needed.
+
+        A cached library that does not load (truncated by a full disk, a killed copy) is
+        rebuilt once, with a warning; a read-only cache that holds a good build still loads.
+        """
         if is_built(plan):
-            return _import_extension(plan)
+            try:
+                return _import_extension(plan)
+            except _LibraryDoesNotLoad as failed:
+                logger.warning(
+                    "cached op %r at %s does not load (%s); rebuilding it once",
+                    plan.op_name,
+                    plan.library_path,
+                    failed.loader_message,
+                )
+                problem = toolchain_problem(plan.with_cuda)
+                if problem is not None:
+                    raise OpLoadError(
+                        f"cached op {plan.op_name!r} at {plan.library_path} does not load "
+                        f"({failed.loader_message}) and cannot be rebuilt here: {problem}; "
+                        f"or copy a good build into {plan.build_directory}",
+                        library_path=plan.library_path,
+                        loader_message=failed.loader_message,
+                    ) from failed
         problem = toolchain_problem(plan.with_cuda)
         if problem is not None:
             raise BuildToolMissingError(f"cannot build op {self.NAME!r}: {problem}")
-        build_directory = Path(plan.build_directory)
-        build_directory.mkdir(parents=True, exist_ok=True)
+        build_directory = _usable_build_directory(plan)
         with _exclusive_file_lock(build_directory / _LOCK_FILE):
-            if is_built(plan):  # another process finished it while we waited
-                return _import_extension(plan)
+            reason = _build_reason(plan)
+            if is_built(plan):  # another process finished (or repaired) it while we waited
+                try:
+                    return _import_extension(plan)
+                except _LibraryDoesNotLoad as failed:
+                    reason = f"the cached library does not load ({failed.loader_message})"
+                    _discard_build(build_directory)
+            announce(
+                f"building op {plan.op_name!r} ({plan.builder}): {reason}; this takes a while "
+                f"once, then it is cached in {plan.build_directory}"
+            )
             started = time.perf_counter()
             module = _compile(plan)
-            _write_stamp(plan, time.perf_counter() - started)
-        if verbose:
             elapsed = time.perf_counter() - started
-            print(f"[anyaccel] built {plan.extension_name} in {elapsed:.1f} s", file=sys.stderr)
+            _write_stamp(plan, elapsed)
+        announce(f"built op {plan.op_name!r} in {elapsed:.1f} s")
         return module
+
+
+class _LibraryDoesNotLoad(Exception):
+    """The loader refused a cached library; carries its message."""
+
+    def __init__(self, loader_message: str) -> None:
+        super().__init__(loader_message)
+        self.loader_message = loader_message
+
+
+def _build_reason(plan: BuildPlan) -> str:
+    """Why ``plan`` must be built: first use, or a cached build of the op no longer matches."""
+    build_directory = Path(plan.build_directory)
+    try:
+        older = sorted(
+            path.name
+            for path in build_directory.parent.glob(f"anyaccel_{plan.op_name}_*")
+            if path.name != plan.extension_name and (path / _STAMP_FILE).exists()
+        )
+    except OSError:
+        older = []
+    if older:
+        return (
+            f"the cached build ({', '.join(older[:2])}) no longer matches its sources, flags, "
+            "torch or compiler"
+        )
+    if (build_directory / _STAMP_FILE).exists():
+        return "the cached build no longer matches its sources, flags, torch or compiler"
+    return "first use (nothing cached yet)"
+
+
+def _usable_build_directory(plan: BuildPlan) -> Path:
+    """Create ``plan``'s build directory and prove it writable; else ``ExtensionsDirError``.
+
+    Writability is tested by writing a file, not with ``os.access``, which says yes to root
+    even on a read-only mount or in ``/proc``.
+    """
+    build_directory = Path(plan.build_directory)
+    try:
+        build_directory.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=".write-test-", dir=build_directory)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
+        root = extensions_root()
+        where = (
+            f"{EXTENSIONS_DIR_ENV}={os.environ[EXTENSIONS_DIR_ENV]}"
+            if os.environ.get(EXTENSIONS_DIR_ENV)
+            else f"the default cache {root}"
+        )
+        raise ExtensionsDirError(
+            f"cannot build op {plan.op_name!r}: {where} is not a writable directory "
+            f"({_why_unusable(build_directory, exc)}); point {EXTENSIONS_DIR_ENV} at a "
+            f"writable directory, e.g. `export {EXTENSIONS_DIR_ENV}=$HOME/.cache/torch_extensions`",
+            path=str(root),
+        ) from exc
+    return build_directory
+
+
+def _why_unusable(path: Path, exc: OSError) -> str:
+    """The first component of ``path`` that exists but is not a directory, else the OS reason."""
+    for candidate in [*reversed(path.parents), path]:
+        if candidate.exists() and not candidate.is_dir():
+            return f"{candidate} is a file, not a directory"
+    return f"{exc.strerror or exc} at {exc.filename or path}"
+
+
+def _discard_build(build_directory: Path) -> None:
+    """Delete a build that does not load (all but the lock we hold), so it builds from scratch."""
+    for entry in build_directory.iterdir():
+        if entry.name == _LOCK_FILE:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -364,7 +537,14 @@ def _compile(plan: BuildPlan) -> ModuleType:
             with_cuda=plan.with_cuda,
             is_python_module=True,
         )
-    except (RuntimeError, OSError, ImportError, subprocess.CalledProcessError) as exc:
+    except ImportError as exc:  # built, but the loader refuses the library
+        raise OpLoadError(
+            f"op {plan.op_name!r} was built but its library {plan.library_path} does not load: "
+            f"{exc}; delete {plan.build_directory} and retry, and report it if it persists",
+            library_path=plan.library_path,
+            loader_message=str(exc),
+        ) from exc
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
         output = str(exc)
         Path(plan.log_path).write_text(output + "\n", encoding="utf-8")
         excerpt = "\n".join("    " + line for line in first_error_lines(output))
@@ -381,25 +561,83 @@ def _write_stamp(plan: BuildPlan, seconds: float) -> None:
     """Record a finished build atomically, so readers never see a half-written one."""
     stamp = Path(plan.build_directory) / _STAMP_FILE
     partial = stamp.with_suffix(f".tmp{os.getpid()}")
-    record = {"key": plan.key, "extension": plan.extension_name, "build_seconds": round(seconds, 2)}
+    record: dict[str, object] = {
+        "key": plan.key,
+        "extension": plan.extension_name,
+        "build_seconds": round(seconds, 2),
+        "library_bytes": os.path.getsize(plan.library_path),
+    }
     record["cflags"] = " ".join(plan.cflags)
     partial.write_text(json.dumps(record, indent=1), encoding="utf-8")
     os.replace(partial, stamp)
 
 
 def _import_extension(plan: BuildPlan) -> ModuleType:
-    """Import a finished build's shared library directly (the fast, subprocess-free path)."""
+    """Import a finished build's shared library directly (the fast, subprocess-free path).
+
+    Raises ``_LibraryDoesNotLoad`` with the loader's message when the library is unusable.
+    """
     import torch  # noqa: F401  # the library links against libtorch, which must be loaded first
 
+    problem = _library_problem(plan)
+    if problem is not None:
+        raise _LibraryDoesNotLoad(problem)
     spec = importlib.util.spec_from_file_location(plan.extension_name, plan.library_path)
     if spec is None or spec.loader is None:
-        raise OpBuildError(f"cannot import {plan.library_path}; delete {plan.build_directory}")
+        raise _LibraryDoesNotLoad(f"no importable library at {plan.library_path}")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except ImportError as exc:
-        raise OpBuildError(
-            f"cached build of op {plan.op_name!r} at {plan.library_path} does not import "
-            f"({exc}); delete {plan.build_directory} to rebuild it"
-        ) from exc
+    except (ImportError, OSError) as exc:
+        raise _LibraryDoesNotLoad(str(exc)) from exc
     return module
+
+
+def _library_problem(plan: BuildPlan) -> str | None:
+    """Why the cached library would not load, found before the loader touches it, or ``None``.
+
+    The loader maps a truncated library and dies with SIGBUS on the missing pages, so the size
+    recorded at build time and the ELF headers' extents are checked first (reads < 4 KiB).
+    """
+    try:
+        size = os.path.getsize(plan.library_path)
+        recorded = json.loads((Path(plan.build_directory) / _STAMP_FILE).read_text("utf-8"))
+        with open(plan.library_path, "rb") as library:
+            header = library.read(64)
+            expected = recorded.get("library_bytes")
+            if isinstance(expected, int) and size != expected:
+                return f"file too short or changed: {size} bytes, the build wrote {expected}"
+            return _elf_problem(library, header, size)
+    except (OSError, ValueError) as exc:
+        return f"cannot read the cached library: {exc}"
+
+
+def _elf_problem(library: io.BufferedReader, header: bytes, size: int) -> str | None:
+    """Whether an ELF file's section table and loadable segments end within its ``size``."""
+    if header[:4] != b"\x7fELF":
+        return None  # not ELF (e.g. Mach-O): the recorded size is the only check
+    if len(header) < 52:
+        return f"file too short: {size} bytes is less than an ELF header"
+    order = "<" if header[5] == 1 else ">"
+    if header[4] == 2:  # 64-bit
+        phoff, shoff = struct.unpack_from(order + "QQ", header, 32)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from(order + "HHHH", header, 54)
+        segment, fields = order + "IIQQQQ", (0, 2, 5)  # p_type, p_offset, p_filesz
+    else:
+        phoff, shoff = struct.unpack_from(order + "II", header, 28)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from(order + "HHHH", header, 42)
+        segment, fields = order + "IIIIII", (0, 1, 4)
+    table_end = shoff + shentsize * shnum
+    if table_end > size:
+        return f"file too short: {size} bytes, its ELF section table ends at {table_end}"
+    library.seek(phoff)
+    table = library.read(phentsize * phnum)
+    for index in range(phnum):
+        entry = table[index * phentsize : (index + 1) * phentsize]
+        if len(entry) < struct.calcsize(segment):
+            return f"file too short: {size} bytes, its ELF program headers are cut"
+        values = struct.unpack_from(segment, entry)
+        kind, offset, filesz = (values[field] for field in fields)
+        if kind == 1 and offset + filesz > size:  # PT_LOAD
+            return f"file too short: {size} bytes, a loadable segment ends at {offset + filesz}"
+    return None

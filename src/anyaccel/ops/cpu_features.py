@@ -16,6 +16,16 @@ SIMD_LEVELS = ("avx512", "avx2", "neon", "generic")
 _X86 = {"x86_64", "amd64", "i686", "i386"}
 _ARM = {"aarch64", "arm64"}
 
+#: The CPU flags (as /proc/cpuinfo spells them) each x86 level's compile flags assume.
+SIMD_REQUIRED_FLAGS: dict[str, frozenset[str]] = {
+    "avx512": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma", "f16c"}),
+    "avx2": frozenset({"avx2", "fma", "f16c"}),
+}
+
+
+class UnsupportedSimdError(ValueError):
+    """``ANYACCEL_CPU_SIMD`` names a level this CPU cannot run (its code would die on SIGILL)."""
+
 
 @dataclass(frozen=True)
 class CPUFeatures:
@@ -36,13 +46,38 @@ class CPUFeatures:
 
     def best_simd(self) -> str:
         """The widest SIMD level both this CPU and anyaccel's kernels support."""
-        if self.is_x86 and {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= self.flags:
+        if self.is_x86 and SIMD_REQUIRED_FLAGS["avx512"] <= self.flags:
             return "avx512"
-        if self.is_x86 and {"avx2", "fma", "f16c"} <= self.flags:
+        if self.is_x86 and SIMD_REQUIRED_FLAGS["avx2"] <= self.flags:
             return "avx2"
         if self.is_arm:
             return "neon"  # Advanced SIMD is mandatory on AArch64.
         return "generic"  # portable C++, auto-vectorised for the baseline ISA
+
+    def runnable_levels(self) -> list[str]:
+        """Every SIMD level whose code this CPU can execute, best first."""
+        best = SIMD_LEVELS.index(self.best_simd())
+        return [
+            level
+            for level in SIMD_LEVELS[best:]
+            if level == "generic" or (level == "neon") == self.is_arm
+        ]
+
+    def missing_for(self, simd: str) -> list[str]:
+        """What this CPU lacks to run ``simd``: missing CPU flags, or the wrong architecture.
+
+        Empty when it can run it, or when the flags are unknown (no /proc/cpuinfo and no torch
+        probe): then the user's choice is trusted.
+        """
+        if simd in SIMD_REQUIRED_FLAGS:
+            if not self.is_x86:
+                return [f"an x86 CPU (this is {self.machine})"]
+            if not self.flags:
+                return []
+            return sorted(SIMD_REQUIRED_FLAGS[simd] - self.flags)
+        if simd == "neon" and not self.is_arm:
+            return [f"an Arm CPU with Advanced SIMD (this is {self.machine})"]
+        return []
 
 
 def _read_cpuinfo_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
@@ -91,6 +126,13 @@ def selected_simd(features: CPUFeatures | None = None) -> str:
     if forced not in SIMD_LEVELS:
         raise ValueError(
             f"{SIMD_ENV}={forced!r} is not a SIMD level; use one of {', '.join(SIMD_LEVELS)}"
+        )
+    missing = features.missing_for(forced)
+    if missing:
+        raise UnsupportedSimdError(
+            f"{SIMD_ENV}={forced} asks for instructions this CPU lacks (missing: "
+            f"{', '.join(missing)}); its code would die with an illegal instruction. Unset "
+            f"{SIMD_ENV} or choose one of {', '.join(features.runnable_levels())}"
         )
     return forced
 

@@ -17,3 +17,23 @@ class OpBuildError(OpError):
 
 class BuildToolMissingError(OpBuildError):
     """A tool the build needs (ninja, a C++ compiler, nvcc) is not installed."""
+
+
+class OpLoadError(OpBuildError):
+    """A compiled op's library does not load, even after one rebuild.
+
+    ``library_path`` is the cached library and ``loader_message`` what the loader said.
+    """
+
+    def __init__(self, message: str, *, library_path: str, loader_message: str) -> None:
+        super().__init__(message)
+        self.library_path = library_path
+        self.loader_message = loader_message
+
+
+class ExtensionsDirError(OpError):
+    """The op cache directory (``TORCH_EXTENSIONS_DIR``) is not a writable directory."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path

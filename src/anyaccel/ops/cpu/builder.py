@@ -6,7 +6,7 @@ import os
 import sys
 
 from anyaccel.ops.builder import Compatibility, OpBuilder
-from anyaccel.ops.cpu_features import cpu_features, selected_simd, simd_compile_flags
+from anyaccel.ops.cpu_features import selected_simd, simd_compile_flags
 
 #: Directory holding the C++ sources of the CPU kernels.
 CSRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
@@ -50,18 +50,12 @@ class CPUOpBuilder(OpBuilder):
         return self.openmp_flags()
 
     def platform_compatibility(self) -> Compatibility:
-        """Host kernels run on any CPU; an invalid ``ANYACCEL_CPU_SIMD`` is the only blocker."""
+        """Host kernels run on any CPU; an ``ANYACCEL_CPU_SIMD`` it cannot run is the only blocker.
+
+        A forced level the CPU lacks names the missing CPU flags, before anything is compiled.
+        """
         try:
-            simd = self.simd()
+            self.simd()
         except ValueError as exc:
             return Compatibility(False, str(exc))
-        features = cpu_features()
-        if simd in ("avx512", "avx2") and not features.is_x86:
-            return Compatibility(
-                False, f"SIMD level {simd!r} needs an x86 CPU, not {features.machine}"
-            )
-        if simd == "neon" and not features.is_arm:
-            return Compatibility(
-                False, f"SIMD level 'neon' needs an Arm CPU, not {features.machine}"
-            )
         return Compatibility(True)
