@@ -1,7 +1,9 @@
 """Where each accelerator's op builders live and how a builder is found by class name.
 
 Builder packages are scanned lazily, once, for ``OpBuilder`` subclasses; an op that some other
-backend has resolves to a builder whose ``load()`` says where it is available.
+backend has, or that only DeepSpeed has, resolves to a builder whose ``load()`` says so.
+DeepSpeed walks ``op_builder_dir()``'s submodules for names ending in ``Builder``; each builder
+package's ``deepspeed_ops`` module lists every name DeepSpeed knows for that walk.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import importlib
 import inspect
 import pkgutil
 import threading
+from collections.abc import Callable
 from types import ModuleType
 
 from anyaccel.ops.builder import Compatibility, OpBuilder
@@ -30,6 +33,39 @@ BUILTIN_PACKAGES: dict[str, str] = {
 
 #: Accelerators anyaccel does not know get the host (CPU) ops, which run beside any device.
 HOST_PACKAGE = "anyaccel.ops.cpu"
+
+#: Every op builder DeepSpeed 0.19.8 ships, class name -> op name. Under our accelerator
+#: DeepSpeed's ``ALL_OPS`` and ``__compatible_ops__`` hold each of these op names, with
+#: ``is_compatible()`` true only where anyaccel can build the op here.
+DEEPSPEED_BUILDERS: dict[str, str] = {
+    "AsyncIOBuilder": "async_io",
+    "CCLCommBuilder": "deepspeed_ccl_comm",
+    "CPUAdagradBuilder": "cpu_adagrad",
+    "CPUAdamBuilder": "cpu_adam",
+    "CPULionBuilder": "cpu_lion",
+    "DeepCompileBuilder": "dc",
+    "EvoformerAttnBuilder": "evoformer_attn",
+    "FPQuantizerBuilder": "fp_quantizer",
+    "FlashAttentionBuilder": "flash_attn",
+    "FusedAdamBuilder": "fused_adam",
+    "FusedLambBuilder": "fused_lamb",
+    "FusedLionBuilder": "fused_lion",
+    "GDSBuilder": "gds",
+    "InferenceBuilder": "transformer_inference",
+    "InferenceCoreBuilder": "inference_core_ops",
+    "InferenceCutlassBuilder": "cutlass_ops",
+    "NotImplementedBuilder": "deepspeed_not_implemented",
+    "PinMemoryBuilder": "pin_memory",
+    "QuantizerBuilder": "quantizer",
+    "RaggedOpsBuilder": "ragged_device_ops",
+    "RaggedUtilsBuilder": "ragged_ops",
+    "RandomLTDBuilder": "random_ltd",
+    "ShareMemCommBuilder": "deepspeed_shm_comm",
+    "SpatialInferenceBuilder": "spatial_inference",
+    "StochasticTransformerBuilder": "stochastic_transformer",
+    "TransformerBuilder": "transformer",
+    "UtilsBuilder": "utils",
+}
 
 _scan_lock = threading.RLock()
 _scanned: dict[str, dict[str, type[OpBuilder]]] = {}
@@ -98,14 +134,15 @@ def known_builder_names(extra_package: str | None = None) -> list[str]:
 def find_builder_class(package: str, class_name: str, accelerator_name: str) -> type | None:
     """The builder class named ``class_name`` in ``package``, or ``None`` if no op has that name.
 
-    An op that only other backends have returns an ``UnavailableOpBuilder`` subclass whose
-    ``load()`` raises ``OpNotAvailableError`` naming the op, this backend and those that have it.
+    An op that only other backends have, or that only DeepSpeed ships, returns an
+    ``UnavailableOpBuilder`` subclass: ``is_compatible()`` is false and ``load()`` raises
+    ``OpNotAvailableError`` naming the op, this backend and where the op exists.
     """
     found = builders_in_package(package).get(class_name)
     if found is not None:
         return found
     providers = backends_providing(class_name)
-    if not providers:
+    if not providers and class_name not in DEEPSPEED_BUILDERS:
         return None
     with _scan_lock:
         key = (class_name, accelerator_name)
@@ -114,6 +151,31 @@ def find_builder_class(package: str, class_name: str, accelerator_name: str) -> 
             unavailable = _make_unavailable(class_name, accelerator_name, providers)
             _unavailable[key] = unavailable
         return unavailable
+
+
+def package_backend(package: str) -> str:
+    """The built-in accelerator whose builders live in ``package`` (``cpu`` for the host one)."""
+    return next((name for name, found in BUILTIN_PACKAGES.items() if found == package), "cpu")
+
+
+def deepspeed_walk_names(package: str) -> tuple[Callable[[], list[str]], Callable[[str], type]]:
+    """``__dir__`` and ``__getattr__`` for a builder package's ``deepspeed_ops`` module.
+
+    DeepSpeed lists each submodule of ``op_builder_dir()`` with ``module.__dir__()`` and asks
+    the accelerator's ``create_op_builder`` for every name ending in ``Builder``: this module
+    lists every builder name DeepSpeed knows, so each op is in ``ALL_OPS`` with a truthful flag.
+    """
+
+    def names() -> list[str]:
+        return sorted(DEEPSPEED_BUILDERS)
+
+    def builder_class(name: str) -> type:
+        found = find_builder_class(package, name, package_backend(package))
+        if found is None:
+            raise AttributeError(f"{package}.deepspeed_ops has no op builder {name!r}")
+        return found
+
+    return names, builder_class
 
 
 class UnavailableOpBuilder(OpBuilder):
@@ -125,9 +187,14 @@ class UnavailableOpBuilder(OpBuilder):
 
     def reason(self) -> str:
         """The message ``load()`` raises: the op, this backend and where the op exists."""
+        where = (
+            f"available on: {', '.join(self.PROVIDERS)}"
+            if self.PROVIDERS
+            else "anyaccel has no implementation of it on any backend"
+        )
         return (
             f"op {self.NAME!r} ({type(self).__name__}) is not available on backend "
-            f"{self.ACCELERATOR!r}; available on: {', '.join(self.PROVIDERS)}"
+            f"{self.ACCELERATOR!r}; {where}"
         )
 
     def sources(self) -> list[str]:
@@ -153,7 +220,7 @@ def _make_unavailable(
     """A subclass of ``UnavailableOpBuilder`` named like the missing builder."""
     op_names = {
         builders_in_package(BUILTIN_PACKAGES[provider])[class_name].NAME for provider in providers
-    }
+    } or {DEEPSPEED_BUILDERS[class_name]}
     attributes = {
         "NAME": sorted(op_names)[0],
         "ACCELERATOR": accelerator_name,
