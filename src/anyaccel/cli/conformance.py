@@ -1,19 +1,17 @@
 """``anyaccel conformance MODULE:CLASS``: run the contract checks against an accelerator class.
 
-Prints one line per check (failures and skip reasons below it), or JSON with ``--json``.
-Exit status: 0 when no check fails, 1 when one does, 2 when the class cannot be loaded.
+The target runs in a worker process: a target that exits, crashes or hangs fails the check it
+was in (a hang after ``--timeout`` seconds) and a new worker runs the other checks. Prints one
+line per check (failures and skip reasons below it), or JSON with ``--json``, always.
+Exit status: 0 when no check fails, 1 when one does, 2 when the target cannot be loaded.
 ``--simulate NAME`` runs inside ``anyaccel.testing.simulated.simulate_NAME()``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-import warnings
-from contextlib import AbstractContextManager
-from typing import Any
 
 __all__ = ["add_arguments", "run"]
 
@@ -21,6 +19,7 @@ __all__ = ["add_arguments", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``anyaccel conformance``."""
     from anyaccel.testing.conformance import CHECKS
+    from anyaccel.testing.isolation import DEFAULT_TIMEOUT
 
     parser.add_argument(
         "target",
@@ -41,28 +40,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="run inside anyaccel.testing.simulated.simulate_NAME() (e.g. cuda)",
     )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"fail a check (or loading the target) that runs longer (default {DEFAULT_TIMEOUT:g})",
+    )
 
 
-def _simulation(name: str | None) -> AbstractContextManager[Any]:
-    if name is None:
-        return contextlib.nullcontext()
+def _check_simulation(name: str) -> None:
+    """Refuse a ``--simulate`` name that is not a simulated runtime, listing the valid ones."""
     from anyaccel.testing import simulated
 
-    factory = getattr(simulated, f"simulate_{name}", None)
-    if factory is None:
+    if not callable(getattr(simulated, f"simulate_{name}", None)):
         known = sorted(
             n.removeprefix("simulate_") for n in dir(simulated) if n.startswith("simulate_")
         )
         raise LookupError(
             f"--simulate {name!r} is not a simulated runtime; choose from {', '.join(known)}"
         )
-    context: AbstractContextManager[Any] = factory()
-    return context
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the checks and print the report; the exit status says whether all passed."""
-    from anyaccel.testing.conformance import CHECKS, ConformanceError, prepare, run_conformance
+    """Run the checks in worker processes and print the report; the exit status says how it went."""
+    from anyaccel.testing.conformance import CHECKS, ConformanceError
+    from anyaccel.testing.isolation import LOAD_CHECK, run_isolated
 
     if args.list:
         for name, check in CHECKS.items():
@@ -71,13 +74,21 @@ def run(args: argparse.Namespace) -> int:
     if not args.target:
         print("anyaccel conformance: give the accelerator as package.module:Class", file=sys.stderr)
         return 2
-    prepare()  # before a simulation patches torch
     try:
-        with _simulation(args.simulate), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            report = run_conformance(args.target, args.check)
+        if ":" not in args.target:
+            raise ConformanceError(
+                f"{args.target!r} is not of the form 'package.module:Class'; "
+                "e.g. anyaccel.backends.cpu:CpuAccelerator"
+            )
+        if args.simulate is not None:
+            _check_simulation(args.simulate)
+        report = run_isolated(args.target, args.check, timeout=args.timeout, simulate=args.simulate)
     except (ConformanceError, LookupError) as error:
         print(f"anyaccel conformance: {error}", file=sys.stderr)
         return 2
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.format())
+    load = next((r for r in report.results if r.name == LOAD_CHECK), None)
+    if load is not None:
+        print(f"anyaccel conformance: {load.messages[0]}", file=sys.stderr)
+        return 2
     return 0 if report.passed else 1

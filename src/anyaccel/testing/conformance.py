@@ -1,7 +1,9 @@
 """The conformance kit: named checks of the accelerator contract, run against any accelerator.
 
-Use it from code (``run_conformance(MyAccelerator)``), the command line
-(``anyaccel conformance package.module:Class``) or pytest (``anyaccel.testing.pytest_plugin``).
+Use it from code (``run_conformance(MyAccelerator)`` in this process, or
+``anyaccel.testing.isolation.run_isolated("pkg.mod:Class")`` in worker processes that a target's
+crash, exit or hang cannot take down), the command line (``anyaccel conformance
+package.module:Class``, isolated) or pytest (``anyaccel.testing.pytest_plugin``, isolated).
 Each check returns failures as sentences naming the member, what it gave and what the contract
 wants; a check that cannot run here (e.g. no tensor can live on a simulated device) is skipped
 with the reason. Checks restore whatever state they change (seeds, compile backend).
@@ -26,6 +28,7 @@ __all__ = [
     "ConformanceError",
     "ConformanceReport",
     "SkipCheck",
+    "describe_exception",
     "load_accelerator",
     "prepare",
     "run_conformance",
@@ -107,7 +110,22 @@ class _Findings:
 
 
 def _kind(value: object) -> str:
-    return f"{type(value).__name__} {value!r}"[:120]
+    return f"{type(value).__name__} {_safe_repr(value)}"[:120]
+
+
+def _safe_repr(value: object) -> str:
+    """``repr(value)``, or a note that the target's ``__repr__`` raised (never an exception)."""
+    try:
+        return repr(value)
+    except Exception as error:
+        return f"<{type(value).__name__}: __repr__ raised {type(error).__name__}: {error}>"
+
+
+def describe_exception(error: BaseException, what: str) -> str:
+    """``error`` as a report line: its type and message, or the exit status of ``sys.exit``."""
+    if isinstance(error, SystemExit):
+        return f"{what} called sys.exit({error.code!r})"
+    return f"{what} raised {type(error).__name__}: {error}"
 
 
 def _is_int(value: object) -> bool:
@@ -534,15 +552,27 @@ CHECKS: dict[str, Callable[[Any], list[str]]] = {
 
 
 # ---------------------------------------------------------------------- running
-def prepare() -> None:
-    """Import the torch modules the checks use; call it before a simulated runtime patches torch."""
-    import torch._dynamo
-    import torch.utils.cpp_extension  # noqa: F401
+def prepare(compile_backend: bool = True) -> None:
+    """Import the torch modules the checks use; call it before a simulated runtime patches torch.
+
+    ``compile_backend=False`` skips ``torch._dynamo`` (seconds to import), which only the
+    ``compile_backend`` check needs.
+    """
+    import torch.utils.cpp_extension
+
+    if compile_backend:
+        import torch._dynamo  # noqa: F401
 
 
 def load_accelerator(target: object) -> tuple[Any, str]:
-    """An accelerator instance from an instance, a class, a factory or ``"module:Class"``."""
-    label = target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
+    """An accelerator instance from an instance, a class, a factory or ``"module:Class"``.
+
+    Raises ``ConformanceError`` for a malformed reference, and when importing the module or
+    creating the accelerator raises anything (even ``SystemExit``), with its type and message.
+    """
+    label = target if isinstance(target, str) else getattr(target, "__qualname__", None)
+    if label is None:
+        label = _safe_repr(target)
     if isinstance(target, str):
         module_name, sep, attribute = target.partition(":")
         if not sep or not module_name or not attribute:
@@ -556,22 +586,30 @@ def load_accelerator(target: object) -> tuple[Any, str]:
             raise ConformanceError(
                 f"cannot import {module_name!r} from {target!r}: {error}"
             ) from None
+        except (Exception, SystemExit) as error:
+            raise ConformanceError(
+                describe_exception(error, f"importing {module_name!r}")
+            ) from error
         if not hasattr(module, attribute):
             raise ConformanceError(f"module {module_name!r} has no attribute {attribute!r}")
         target = getattr(module, attribute)
     if inspect.isclass(target) or (callable(target) and not hasattr(target, "_name")):
         try:
             target = target()
-        except Exception as error:
+        except (Exception, SystemExit) as error:
             raise ConformanceError(
-                f"creating {label} raised {type(error).__name__}: {error}; the kit needs an "
+                describe_exception(error, f"creating {label}") + "; the kit needs an "
                 "accelerator that can be created here (use a simulated runtime without hardware)"
             ) from error
     return target, str(label)
 
 
 def run_conformance(target: object, checks: Iterable[str] | None = None) -> ConformanceReport:
-    """Run ``checks`` (default: all of :data:`CHECKS`) against ``target`` and report."""
+    """Run ``checks`` (default: all of :data:`CHECKS`) against ``target`` in this process.
+
+    An exception from the target fails its check; a crash, ``os._exit`` or a hang takes this
+    process with it: use ``anyaccel.testing.isolation.run_isolated`` for code still in progress.
+    """
     accelerator, label = load_accelerator(target)
     selected: Sequence[str] = list(CHECKS) if checks is None else list(checks)
     unknown = [name for name in selected if name not in CHECKS]
@@ -580,7 +618,11 @@ def run_conformance(target: object, checks: Iterable[str] | None = None) -> Conf
             f"unknown check(s) {', '.join(unknown)}; choose from {', '.join(CHECKS)}"
         )
     results = [run_check(accelerator, name) for name in selected]
-    return ConformanceReport(label, str(getattr(accelerator, "_name", "?")), tuple(results))
+    try:
+        name = str(getattr(accelerator, "_name", "?"))
+    except Exception as error:
+        name = f"? (_name raised {type(error).__name__})"
+    return ConformanceReport(label, name, tuple(results))
 
 
 def run_check(accelerator: Any, name: str) -> CheckResult:
@@ -590,7 +632,12 @@ def run_check(accelerator: Any, name: str) -> CheckResult:
         messages = CHECKS[name](accelerator)
     except SkipCheck as skip:
         return CheckResult(name, "skipped", (str(skip),), time.perf_counter() - start)
-    except Exception as error:
-        messages = [f"the check stopped: {type(error).__name__}: {error}"]
+    except (Exception, SystemExit) as error:  # sys.exit in the target fails the check, too
+        stopped = (
+            f"the target called sys.exit({error.code!r})"
+            if isinstance(error, SystemExit)
+            else f"{type(error).__name__}: {error}"
+        )
+        messages = [f"the check stopped: {stopped}"]
     status = "failed" if messages else "passed"
     return CheckResult(name, status, tuple(messages), time.perf_counter() - start)

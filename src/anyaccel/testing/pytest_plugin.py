@@ -8,11 +8,17 @@ Enabled automatically when anyaccel is installed (``pytest11`` entry point), or 
 
     def test_acme(anyaccel_conformance):                                   # one test in all
         anyaccel_conformance(AcmeAccelerator)
+
+The target runs in worker processes (``anyaccel.testing.isolation``), so a target that exits,
+crashes or hangs fails its check instead of the test session; all of a target's checks share
+one worker run. A target (or ``context``) that another process cannot import (a lambda, a
+local class, an instance) runs in the test process, with a warning.
 """
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -34,24 +40,76 @@ def _context(context: ContextFactory | None) -> AbstractContextManager[Any]:
     return context() if context is not None else contextlib.nullcontext()
 
 
+#: Isolated reports by (target, checks, context, timeout): one worker run serves every check.
+_reports: dict[tuple[str, tuple[str, ...], str | None, float], ConformanceReport] = {}
+
+
+def _isolated_report(
+    target: object,
+    checks: list[str],
+    context: ContextFactory | None,
+    timeout: float | None,
+) -> ConformanceReport | None:
+    """The report from worker processes, or ``None`` (with a warning) when they cannot import it."""
+    from anyaccel.testing.isolation import DEFAULT_TIMEOUT, import_reference, run_isolated
+
+    reference = import_reference(target)
+    context_reference = None if context is None else import_reference(context)
+    if reference is None or (context is not None and context_reference is None):
+        unnamed = target if reference is None else context
+        warnings.warn(
+            f"conformance of {unnamed!r} runs in the test process, not isolated: a worker "
+            "process cannot import it; give a module-level class or 'package.module:Class'",
+            stacklevel=3,
+        )
+        return None
+    seconds = DEFAULT_TIMEOUT if timeout is None else timeout
+    key = (reference, tuple(checks), context_reference, seconds)
+    report = _reports.get(key)
+    if report is None:
+        report = run_isolated(reference, checks, timeout=seconds, context=context)
+        _reports[key] = report
+    return report
+
+
+def _in_process_report(
+    target: object, checks: list[str], context: ContextFactory | None
+) -> ConformanceReport:
+    from anyaccel.testing.conformance import prepare, run_conformance
+
+    prepare()
+    with _context(context):
+        return run_conformance(target, checks)
+
+
 def conformance_tests(
-    target: object, *, checks: Iterable[str] | None = None, context: ContextFactory | None = None
+    target: object,
+    *,
+    checks: Iterable[str] | None = None,
+    context: ContextFactory | None = None,
+    timeout: float | None = None,
 ) -> Callable[[str], None]:
     """A test function parametrised over the kit's checks; assign it to a ``test_*`` name.
 
-    ``target`` is a class, factory, instance or ``"module:Class"``; ``context`` (e.g. a
-    simulated runtime) is entered around each check. Skipped checks show as pytest skips.
+    ``target`` is a class, factory or ``"module:Class"``; ``context`` (e.g. a simulated
+    runtime) is entered around the target in the worker; ``timeout`` (seconds, default
+    ``isolation.DEFAULT_TIMEOUT``) fails a check that hangs. Skipped checks show as skips.
     """
-    from anyaccel.testing.conformance import CHECKS, load_accelerator, prepare, run_check
+    from anyaccel.testing.conformance import CHECKS
 
     names = list(CHECKS) if checks is None else list(checks)
 
     @pytest.mark.parametrize("check", names)
     def test_conformance(check: str) -> None:
-        prepare()
-        with _context(context):
-            accelerator, _label = load_accelerator(target)
-            result = run_check(accelerator, check)
+        from anyaccel.testing.isolation import LOAD_CHECK
+
+        report = _isolated_report(target, names, context, timeout)
+        if report is None:
+            report = _in_process_report(target, [check], context)
+        by_name = {result.name: result for result in report.results}
+        if LOAD_CHECK in by_name:
+            pytest.fail(f"{check}: {by_name[LOAD_CHECK].messages[0]}", pytrace=False)
+        result = by_name[check]
         if result.status == "skipped":
             pytest.skip("; ".join(result.messages))
         if result.status == "failed":
@@ -68,12 +126,14 @@ def anyaccel_conformance() -> Callable[..., ConformanceReport]:
         target: object,
         checks: Iterable[str] | None = None,
         context: ContextFactory | None = None,
+        timeout: float | None = None,
     ) -> ConformanceReport:
-        from anyaccel.testing.conformance import prepare, run_conformance
+        from anyaccel.testing.conformance import CHECKS
 
-        prepare()
-        with _context(context):
-            report = run_conformance(target, checks)
+        names = list(CHECKS) if checks is None else list(checks)
+        report = _isolated_report(target, names, context, timeout)
+        if report is None:
+            report = _in_process_report(target, names, context)
         if not report.passed:
             pytest.fail(report.format(), pytrace=False)
         return report
