@@ -346,3 +346,32 @@ def test_forced_avx512_on_a_cpu_without_it_is_an_error_in_a_fresh_process(
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "missing: avx512bw, avx512dq, avx512f, avx512vl" in result.stdout
+
+
+# ------------------------------------------------------------------ fork while loading
+def test_a_child_forked_while_another_thread_loads_can_load(run_python: RunPython) -> None:
+    CPUAdamBuilder().load()  # the session cache holds it: the child only imports
+    code = """
+        import os, signal, threading
+        from anyaccel.ops import builder
+        from anyaccel.ops.cpu import CPUAdamBuilder
+        held, release = threading.Event(), threading.Event()
+
+        def hold():
+            with builder._load_lock:
+                held.set()
+                release.wait()
+
+        threading.Thread(target=hold, daemon=True).start()
+        held.wait()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(60)  # a lock copied held would hang here forever
+            CPUAdamBuilder().load()
+            os._exit(0)
+        release.set()
+        print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        """
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "0"

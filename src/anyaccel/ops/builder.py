@@ -23,7 +23,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import ClassVar
 
+from anyaccel.forksafe import ForkSafeLock
 from anyaccel.ops.errors import (
     BuildToolMissingError,
     ExtensionsDirError,
@@ -48,7 +48,7 @@ _LOG_FILE = "build.log"
 _LOCK_FILE = "anyaccel.lock"
 
 _loaded: dict[str, ModuleType] = {}
-_load_lock = threading.RLock()
+_load_lock = ForkSafeLock(reentrant=True)  # a fork mid-load must not leave it held
 
 #: Builds are announced here (INFO) and cache repairs warned about (WARNING).
 logger = logging.getLogger("anyaccel.ops")

@@ -11,10 +11,10 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-import threading
 from collections.abc import Callable
 from types import ModuleType
 
+from anyaccel.forksafe import ForkSafeLock
 from anyaccel.ops.builder import Compatibility, OpBuilder
 from anyaccel.ops.errors import OpNotAvailableError
 
@@ -67,7 +67,7 @@ DEEPSPEED_BUILDERS: dict[str, str] = {
     "UtilsBuilder": "utils",
 }
 
-_scan_lock = threading.RLock()
+_scan_lock = ForkSafeLock(reentrant=True)
 _scanned: dict[str, dict[str, type[OpBuilder]]] = {}
 _unavailable: dict[tuple[str, str], type[OpBuilder]] = {}
 
