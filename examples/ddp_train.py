@@ -4,8 +4,9 @@ The same file runs unchanged on this CPU (gloo), on GPUs (nccl) and on NPUs (hcc
 
     torchrun --nproc-per-node 2 examples/ddp_train.py [--steps 50] [--bind-cores]
 
-Each rank trains on its own shard of a synthetic regression task; DDP averages the gradients,
-so every rank ends with the same weights (checked at the end).
+Each rank trains on its own shard of a synthetic regression task; DDP averages the gradients
+(on the CPU through anyaccel's shared-memory all-reduce when the ranks share a node), so every
+rank ends with the same weights (checked at the end).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from anyaccel import get_accelerator
-from anyaccel.distributed import init_distributed
+from anyaccel.distributed import ddp_comm_hook, init_distributed, shm_all_reduce_status
 
 
 def main() -> None:
@@ -36,6 +37,8 @@ def main() -> None:
     ddp = DistributedDataParallel(
         model, device_ids=None if device.type == "cpu" else [accelerator.current_device()]
     )
+    if device.type == "cpu":  # average gradients through shared memory when ranks share a node
+        ddp.register_comm_hook(None, ddp_comm_hook)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
 
     data = torch.Generator().manual_seed(1000 + info.rank)  # each rank: its own shard
@@ -56,8 +59,9 @@ def main() -> None:
     in_sync = all(torch.equal(s, sums[0]) for s in sums)
     if info.rank == 0:
         state = "in sync" if in_sync else "DIFFERENT"
+        path = shm_all_reduce_status() if device.type == "cpu" else dist.get_backend()
         print(f"done: {info.world_size} ranks on {device.type} ({dist.get_backend()}), "
-              f"parameters {state} across ranks")  # fmt: skip
+              f"parameters {state} across ranks; gradients via {path}")  # fmt: skip
     dist.destroy_process_group()
 
 

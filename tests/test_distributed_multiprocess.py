@@ -272,3 +272,4 @@ def test_ddp_example_trains_under_torchrun() -> None:
     losses = [float(line.split()[-1]) for line in out.splitlines() if line.startswith("step")]
     assert len(losses) >= 3 and losses[-1] < losses[0] / 4
     assert "done: 2 ranks on cpu (gloo), parameters in sync across ranks" in out
+    assert out.rstrip().endswith("gradients via shared memory")

@@ -9,7 +9,12 @@
 
 from __future__ import annotations
 
-from anyaccel.distributed.allreduce import CollectiveError, all_reduce, shm_all_reduce_status
+from anyaccel.distributed.allreduce import (
+    CollectiveError,
+    all_reduce,
+    ddp_comm_hook,
+    shm_all_reduce_status,
+)
 from anyaccel.distributed.binding import (
     CoreBinding,
     CoreBindingError,
@@ -44,6 +49,7 @@ __all__ = [
     "assign_visible_devices",
     "bind_cores",
     "current_binding",
+    "ddp_comm_hook",
     "init_distributed",
     "launch_info",
     "parse_core_list",
