@@ -118,6 +118,17 @@ JOB = textwrap.dedent(
     t = torch.full((5,), float(rank + 1))
     r = torch.ops.deepspeed.inference_all_reduce_(t)
     checks["deepspeed inference_all_reduce_"] = t.tolist() == [3.0] * 5 and r is t
+    from anyaccel.distributed import ddp_comm_hook
+    grads = []
+    for hook in (None, ddp_comm_hook):
+        torch.manual_seed(0)
+        ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 3))
+        if hook is not None:
+            ddp.register_comm_hook(None, hook)
+        ddp(torch.randn(8, 64, generator=torch.Generator().manual_seed(rank))).sum().backward()
+        grads.append([p.grad.clone() for p in ddp.parameters()])
+    checks["ddp_comm_hook equals DDP's gloo averaging"] = all(
+        torch.equal(a, b) for a, b in zip(*grads))
     dist.barrier()
     checks["second init_distributed"] = (again.rank, again.world_size) == (rank, 2)
     print(json.dumps({"rank": rank, "checks": checks, "status": shm_all_reduce_status(),
