@@ -129,6 +129,10 @@ JOB = textwrap.dedent(
         grads.append([p.grad.clone() for p in ddp.parameters()])
     checks["ddp_comm_hook equals DDP's gloo averaging"] = all(
         torch.equal(a, b) for a, b in zip(*grads))
+    solo = dist.new_group([0])
+    s = torch.full((4,), float(rank + 1))
+    all_reduce(s, group=solo)  # rank 1 is not a member: untouched; rank 0 alone: untouched
+    checks["group of one / non-member leaves the tensor"] = s.tolist() == [rank + 1.0] * 4
     dist.barrier()
     checks["second init_distributed"] = (again.rank, again.world_size) == (rank, 2)
     print(json.dumps({"rank": rank, "checks": checks, "status": shm_all_reduce_status(),

@@ -219,6 +219,9 @@ def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any | N
             "all_reduce needs a process group: call anyaccel.distributed.init_distributed() first"
         )
     pg = _resolve(group)
+    if dist.get_rank(pg) < 0:  # not a member: torch.distributed's own no-op (and warning)
+        dist.all_reduce(tensor, op=op, group=pg)
+        return
     if dist.get_world_size(pg) == 1:
         return
     eligible = (
