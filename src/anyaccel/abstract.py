@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import torch
 
 from anyaccel.errors import UnsupportedFeatureError
+from anyaccel.integrations.deepspeed import register_with_deepspeed
 from anyaccel.synchronous import (
     HostEvent,
     HostGraph,
@@ -465,3 +466,7 @@ class Accelerator(abc.ABC):
 
 #: DeepSpeed's name for the same base class, for code that imports it by that name.
 DeepSpeedAccelerator = Accelerator
+
+# DeepSpeed's set_accelerator() accepts only instances of its own ABC: become a virtual
+# subclass of it, now if DeepSpeed is loaded, else when it is (DeepSpeed is never imported).
+register_with_deepspeed(Accelerator)

@@ -1,0 +1,103 @@
+"""Fixtures for the DeepSpeed hand-over tests: a DeepSpeed interpreter, or a simulated DeepSpeed.
+
+Real DeepSpeed is found through ``ANYACCEL_DEEPSPEED_PYTHON`` (an interpreter with DeepSpeed
+installed, such as the venv ``.ci/run`` builds) or in this interpreter; tests that need it
+are skipped when neither has it. The simulated DeepSpeed is a few files with DeepSpeed's ABC
+module path and ``set_accelerator`` check, so the import-order logic is tested everywhere.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import anyaccel
+
+#: anyaccel's source tree, put on the child's PYTHONPATH so every interpreter imports this one.
+ANYACCEL_SRC = str(Path(anyaccel.__file__).resolve().parents[1])
+
+_FAKE_ABC = '''
+import abc
+
+class DeepSpeedAccelerator(abc.ABC):
+    """Stand-in for deepspeed.accelerator.abstract_accelerator.DeepSpeedAccelerator."""
+
+    @abc.abstractmethod
+    def device_name(self, device_index=None): ...
+'''
+
+_FAKE_REAL = """
+from deepspeed.accelerator.abstract_accelerator import DeepSpeedAccelerator as dsa2
+
+ds_accelerator = None
+
+def set_accelerator(accel_obj):
+    global ds_accelerator
+    if not isinstance(accel_obj, dsa2):
+        raise AssertionError(
+            f"{accel_obj.__class__.__name__} accelerator is not subclass of DeepSpeedAccelerator")
+    ds_accelerator = accel_obj
+
+def get_accelerator():
+    return ds_accelerator
+"""
+
+
+def deepspeed_python() -> str | None:
+    """An interpreter that can import DeepSpeed, or ``None``."""
+    configured = os.environ.get("ANYACCEL_DEEPSPEED_PYTHON")
+    if configured:
+        return configured
+    if importlib.util.find_spec("deepspeed") is not None:
+        return sys.executable
+    return None
+
+
+def run_python(
+    python: str, code: str, *, paths: tuple[str, ...] = (), timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh ``python`` with anyaccel (and ``paths``) importable; must succeed."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join((*paths, ANYACCEL_SRC))
+    env.pop("DS_ACCELERATOR", None)
+    result = subprocess.run(
+        [python, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+@pytest.fixture
+def simulated_deepspeed(tmp_path: Path) -> str:
+    """A directory holding a minimal ``deepspeed`` package with DeepSpeed's ABC check."""
+    package = tmp_path / "deepspeed" / "accelerator"
+    package.mkdir(parents=True)
+    # Like DeepSpeed's all_ops, the package reads the accelerator while it is imported.
+    (tmp_path / "deepspeed" / "__init__.py").write_text(
+        "from deepspeed.accelerator import get_accelerator\nSEEN_AT_IMPORT = get_accelerator()\n"
+    )
+    (package / "__init__.py").write_text(
+        "from deepspeed.accelerator.real_accelerator import set_accelerator, get_accelerator\n"
+    )
+    (package / "abstract_accelerator.py").write_text(_FAKE_ABC)
+    (package / "real_accelerator.py").write_text(_FAKE_REAL)
+    return str(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def ds_python() -> str:
+    """An interpreter with DeepSpeed installed (skips the test where there is none)."""
+    python = deepspeed_python()
+    if python is None:
+        pytest.skip("DeepSpeed is not installed (set ANYACCEL_DEEPSPEED_PYTHON to a venv's python)")
+    return python

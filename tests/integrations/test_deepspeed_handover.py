@@ -1,0 +1,203 @@
+"""DeepSpeed's ``set_accelerator`` takes anyaccel's accelerator, whichever was imported first."""
+
+from __future__ import annotations
+
+import sys
+from typing import NamedTuple
+
+import pytest
+
+from anyaccel.integrations import deepspeed as ds_integration
+
+from .conftest import run_python
+
+
+class DeepSpeedEnv(NamedTuple):
+    """An interpreter and extra import paths under which ``import deepspeed`` works."""
+
+    python: str
+    paths: tuple[str, ...]
+
+
+@pytest.fixture(params=["simulated", "installed"])
+def deepspeed_env(request: pytest.FixtureRequest, simulated_deepspeed: str) -> DeepSpeedEnv:
+    """Once with the simulated DeepSpeed (everywhere), once with the installed one (if any)."""
+    if request.param == "simulated":
+        return DeepSpeedEnv(sys.executable, (simulated_deepspeed,))
+    return DeepSpeedEnv(request.getfixturevalue("ds_python"), ())
+
+
+def test_set_accelerator_takes_anyaccel_when_deepspeed_was_imported_first(
+    deepspeed_env: DeepSpeedEnv,
+) -> None:
+    run_python(
+        deepspeed_env.python,
+        """
+        import deepspeed.accelerator as da
+        import anyaccel
+        acc = anyaccel.get_accelerator()
+        da.set_accelerator(acc)
+        assert da.get_accelerator() is acc
+        """,
+        paths=deepspeed_env.paths,
+    )
+
+
+def test_set_accelerator_takes_anyaccel_when_deepspeed_is_imported_later(
+    deepspeed_env: DeepSpeedEnv,
+) -> None:
+    run_python(
+        deepspeed_env.python,
+        """
+        import sys
+        import anyaccel
+        acc = anyaccel.get_accelerator()
+        assert not any(m.split('.')[0] == 'deepspeed' for m in sys.modules), 'imported DeepSpeed'
+        import deepspeed.accelerator as da
+        da.set_accelerator(acc)
+        assert da.get_accelerator() is acc
+        """,
+        paths=deepspeed_env.paths,
+    )
+
+
+def test_install_hands_over_before_deepspeed_is_imported(deepspeed_env: DeepSpeedEnv) -> None:
+    run_python(
+        deepspeed_env.python,
+        """
+        from anyaccel.integrations.deepspeed import install
+        import anyaccel
+        acc = install()
+        import deepspeed.accelerator as da
+        assert acc is anyaccel.get_accelerator() and da.get_accelerator() is acc
+        """,
+        paths=deepspeed_env.paths,
+    )
+
+
+def test_install_with_an_accelerator_sets_it_in_anyaccel_and_deepspeed(
+    deepspeed_env: DeepSpeedEnv,
+) -> None:
+    run_python(
+        deepspeed_env.python,
+        """
+        import deepspeed.accelerator as da
+        import anyaccel
+        from anyaccel.backends.cpu import CpuAccelerator
+        from anyaccel.integrations.deepspeed import install, registered_abcs
+        mine = CpuAccelerator()
+        assert install(mine) is mine
+        assert anyaccel.get_accelerator() is mine and da.get_accelerator() is mine
+        from deepspeed.accelerator.abstract_accelerator import DeepSpeedAccelerator
+        assert any(abc is DeepSpeedAccelerator for abc in registered_abcs())
+        """,
+        paths=deepspeed_env.paths,
+    )
+
+
+def test_import_hook_keeps_the_abc_module_source_readable(simulated_deepspeed: str) -> None:
+    result = run_python(
+        sys.executable,
+        """
+        import inspect
+        import anyaccel.abstract
+        from deepspeed.accelerator import abstract_accelerator as m
+        print(inspect.getsource(m.DeepSpeedAccelerator).splitlines()[0])
+        print(type(m.__spec__.loader).__name__, m.__loader__.get_filename(m.__name__))
+        """,
+        paths=(simulated_deepspeed,),
+    )
+    first_line, loader_line = result.stdout.splitlines()
+    assert first_line == "class DeepSpeedAccelerator(abc.ABC):"
+    assert loader_line.endswith("abstract_accelerator.py")
+
+
+def test_install_without_deepspeed_names_the_package_to_install() -> None:
+    run_python(
+        sys.executable,
+        """
+        import sys
+        sys.modules['deepspeed'] = None  # DeepSpeed not importable, whatever is installed
+        from anyaccel.integrations.deepspeed import DeepSpeedNotInstalledError, install
+        try:
+            install()
+        except DeepSpeedNotInstalledError as error:
+            assert 'pip install deepspeed' in str(error), error
+            assert isinstance(error, ImportError)
+        else:
+            raise AssertionError('install() succeeded without DeepSpeed')
+        """,
+    )
+
+
+def test_install_refuses_an_object_that_is_no_accelerator(simulated_deepspeed: str) -> None:
+    run_python(
+        sys.executable,
+        """
+        import anyaccel
+        from anyaccel.integrations.deepspeed import install
+        try:
+            install(object())
+        except anyaccel.InvalidAcceleratorError as error:
+            assert 'object object is not an accelerator' in str(error), error
+        else:
+            raise AssertionError('install() took a plain object')
+        import deepspeed.accelerator as da
+        assert da.get_accelerator() is None  # nothing was half-applied
+        """,
+        paths=(simulated_deepspeed,),
+    )
+
+
+def test_the_import_hook_is_installed_once_and_ignores_other_modules() -> None:
+    class Extra:
+        pass
+
+    ds_integration.register_with_deepspeed(Extra)
+    ds_integration.register_with_deepspeed(Extra)
+    watchers = [f for f in sys.meta_path if isinstance(f, ds_integration._DeepSpeedABCWatcher)]
+    assert len(watchers) == 1
+    assert watchers[0].find_spec("json", None) is None
+    assert watchers[0].find_spec("deepspeed_not_a_real_module_xyz", None) is None
+
+
+def test_importing_anyaccel_and_detecting_never_imports_deepspeed(ds_python: str) -> None:
+    run_python(
+        ds_python,
+        """
+        import sys
+        import anyaccel
+        anyaccel.get_accelerator().create_op_builder('CPUAdamBuilder')
+        loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'deepspeed')
+        assert not loaded, loaded
+        """,
+    )
+
+
+def test_install_before_import_reaches_deepspeeds_import_time_lookups(ds_python: str) -> None:
+    run_python(
+        ds_python,
+        """
+        from anyaccel.integrations.deepspeed import install
+        acc = install()
+        import deepspeed.runtime.utils as runtime_utils
+        from deepspeed.ops.op_builder import all_ops
+        assert runtime_utils.torch_memory_reserved.__self__ is acc
+        assert all_ops.op_builder_dir == acc.op_builder_dir(), all_ops.op_builder_dir
+        """,
+    )
+
+
+def test_the_choice_module_gets_the_pending_accelerator_as_it_loads(
+    simulated_deepspeed: str,
+) -> None:
+    run_python(
+        sys.executable,
+        """
+        from anyaccel.integrations.deepspeed import install
+        acc = install()
+        import deepspeed
+        assert deepspeed.SEEN_AT_IMPORT is acc, deepspeed.SEEN_AT_IMPORT
+        """,
+        paths=(simulated_deepspeed,),
+    )
