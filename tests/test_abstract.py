@@ -121,7 +121,7 @@ def test_defaults_for_missing_features() -> None:
     assert acc.is_synchronized_device() is False
     assert acc.random() is torch.random
     assert acc.amp() is None and acc.is_triton_supported() is False
-    assert acc.FloatTensor.keywords == {"dtype": torch.float32, "device": "minimal"}
+    assert (acc.FloatTensor.dtype, acc.FloatTensor.device) == (torch.float32, "minimal")
     assert acc.on_accelerator(torch.ones(1)) is False
     with pytest.raises(UnsupportedFeatureError, match=r"default_generator.*'minimal'"):
         acc.default_generator(0)
@@ -157,3 +157,62 @@ def test_every_name_in_the_contract_document_exists() -> None:
     missing = sorted(name for name in names if not hasattr(Accelerator, name))
     assert missing == []
     assert len(names) > 70
+
+
+class Pinning(Minimal):
+    """A backend that can pin (where this torch has no pinning hooks, buffers stay pageable)."""
+
+    def _can_pin(self) -> bool:
+        return True
+
+
+def test_pin_memory_without_copy_gives_a_fresh_buffer_of_the_templates_shape() -> None:
+    template = torch.arange(6, dtype=torch.float16).reshape(2, 3)
+    fresh = Pinning().pin_memory(template, False)
+    flat = Pinning().pin_memory(template, make_copy=False, match_shape=False)
+    assert fresh.shape == (2, 3) and flat.shape == (6,)
+    assert fresh.dtype == flat.dtype == torch.float16
+    assert fresh.untyped_storage().data_ptr() != template.untyped_storage().data_ptr()
+    assert template.tolist() == [[0, 1, 2], [3, 4, 5]]  # the template is left alone
+
+
+def test_pin_memory_of_a_device_tensor_or_on_a_backend_that_cannot_pin_is_the_tensor() -> None:
+    meta = torch.empty(3, device="meta")
+    assert Pinning().pin_memory(meta) is meta
+
+    class CannotPin(Minimal):
+        def _can_pin(self) -> bool:
+            return False
+
+    host = torch.ones(3)
+    assert CannotPin().pin_memory(host, make_copy=False) is host
+
+
+def test_unpin_memory_returns_none_as_deepspeed() -> None:
+    tensor = torch.ones(2)
+    assert Pinning().unpin_memory(tensor) is None
+    assert tensor.tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("size", [(2, 3), ((2, 3),), ([2, 3],), (torch.Size([2, 3]),)])
+def test_pin_empty_takes_sizes_like_torch_empty(size: tuple[object, ...]) -> None:
+    made = Pinning().pin_empty(*size, dtype=torch.bfloat16)  # type: ignore[arg-type]
+    assert made.shape == (2, 3) and made.dtype == torch.bfloat16
+
+
+def test_pin_empty_without_size_is_zero_dimensional() -> None:
+    assert Pinning().pin_empty(dtype=torch.float32).shape == ()
+
+
+@pytest.mark.parametrize("device", ["cuda", "meta", "not-a-device"])
+def test_pin_empty_refuses_a_device_that_is_not_the_cpu(device: str) -> None:
+    with pytest.raises(ValueError, match=rf"pin_empty makes host buffers; device='{device}'"):
+        Pinning().pin_empty(2, dtype=torch.float32, device=device)
+    with pytest.raises(ValueError, match="pin_empty_like makes host buffers"):
+        Pinning().pin_empty_like(torch.ones(2), device=device)
+
+
+def test_pin_empty_like_keeps_the_shape_and_takes_a_new_dtype() -> None:
+    made = Pinning().pin_empty_like(torch.ones(4, 2, dtype=torch.int8), dtype=torch.float64)
+    assert made.shape == (4, 2) and made.dtype == torch.float64
+    assert Pinning().pin_empty_like(torch.ones(3, dtype=torch.int8)).dtype == torch.int8

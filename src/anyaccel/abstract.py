@@ -10,7 +10,6 @@ breaks a subclass written outside anyaccel. Names and signatures follow DeepSpee
 from __future__ import annotations
 
 import abc
-import functools
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from types import ModuleType
@@ -28,10 +27,40 @@ from anyaccel.synchronous import (
     host_graph_capture,
     host_stream_context,
 )
+from anyaccel.tensor_types import TensorType
 
 __all__ = ["Accelerator", "DeepSpeedAccelerator", "TensorFactory"]
 
-TensorFactory = Callable[..., torch.Tensor]
+#: Older name of the tensor-type constructors' type.
+TensorFactory = TensorType
+
+
+def _empty_host(
+    accelerator: Accelerator, shape: tuple[int, ...], dtype: torch.dtype
+) -> torch.Tensor:
+    """An uninitialised host tensor, page-locked where ``accelerator`` can pin."""
+    if accelerator._can_pin():
+        try:
+            return torch.empty(shape, dtype=dtype, pin_memory=True)
+        except RuntimeError:  # torch has no pinning hooks for this device here
+            pass
+    return torch.empty(shape, dtype=dtype)
+
+
+def _require_host(device: str | torch.device, caller: str) -> None:
+    """``ValueError`` unless ``device`` names the CPU (pinned buffers live on the host)."""
+    try:
+        device_type = torch.device(device).type
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(
+            f"{caller} makes host buffers; device={device!r} is not a device ({error}). "
+            "Leave device='cpu'."
+        ) from None
+    if device_type != "cpu":
+        raise ValueError(
+            f"{caller} makes host buffers; device={device!r} is not the CPU. "
+            "Allocate device tensors with torch.empty(..., device=...) instead."
+        )
 
 
 class Accelerator(abc.ABC):
@@ -242,61 +271,66 @@ class Accelerator(abc.ABC):
         return dtypes
 
     # ------------------------------------------------------------------ tensor types
-    def _tensor_factory(self, dtype: torch.dtype) -> TensorFactory:
-        return functools.partial(torch.tensor, dtype=dtype, device=self._name)
+    def _tensor_factory(self, dtype: torch.dtype, name: str = "Tensor") -> TensorType:
+        return TensorType(name, dtype, self.device_name())
 
     @property
-    def BFloat16Tensor(self) -> TensorFactory:
-        """Make a bfloat16 tensor on this device from data, like ``torch.tensor``."""
-        return self._tensor_factory(torch.bfloat16)
+    def BFloat16Tensor(self) -> TensorType:
+        """bfloat16 tensors on this device: ``BFloat16Tensor(2, 3)``, ``BFloat16Tensor([1.0])``."""
+        return self._tensor_factory(torch.bfloat16, "BFloat16Tensor")
 
     @property
-    def ByteTensor(self) -> TensorFactory:
-        """Make a uint8 tensor on this device from data."""
-        return self._tensor_factory(torch.uint8)
+    def ByteTensor(self) -> TensorType:
+        """uint8 tensors on this device, by sizes or from data."""
+        return self._tensor_factory(torch.uint8, "ByteTensor")
 
     @property
-    def DoubleTensor(self) -> TensorFactory:
-        """Make a float64 tensor on this device from data."""
-        return self._tensor_factory(torch.float64)
+    def DoubleTensor(self) -> TensorType:
+        """float64 tensors on this device, by sizes or from data."""
+        return self._tensor_factory(torch.float64, "DoubleTensor")
 
     @property
-    def FloatTensor(self) -> TensorFactory:
-        """Make a float32 tensor on this device from data."""
-        return self._tensor_factory(torch.float32)
+    def FloatTensor(self) -> TensorType:
+        """float32 tensors on this device, by sizes or from data; ``isinstance`` works too."""
+        return self._tensor_factory(torch.float32, "FloatTensor")
 
     @property
-    def HalfTensor(self) -> TensorFactory:
-        """Make a float16 tensor on this device from data."""
-        return self._tensor_factory(torch.float16)
+    def HalfTensor(self) -> TensorType:
+        """float16 tensors on this device, by sizes or from data."""
+        return self._tensor_factory(torch.float16, "HalfTensor")
 
     @property
-    def IntTensor(self) -> TensorFactory:
-        """Make an int32 tensor on this device from data."""
-        return self._tensor_factory(torch.int32)
+    def IntTensor(self) -> TensorType:
+        """int32 tensors on this device, by sizes or from data."""
+        return self._tensor_factory(torch.int32, "IntTensor")
 
     @property
-    def LongTensor(self) -> TensorFactory:
-        """Make an int64 tensor on this device from data."""
-        return self._tensor_factory(torch.int64)
+    def LongTensor(self) -> TensorType:
+        """int64 tensors on this device, by sizes or from data."""
+        return self._tensor_factory(torch.int64, "LongTensor")
 
     # ------------------------------------------------------------------ pinning & placement
     def pin_memory(
         self,
         tensor: torch.Tensor,
-        align_bytes: int = 1,
         make_copy: bool = True,
         match_shape: bool = True,
+        align_bytes: int = 1,
     ) -> torch.Tensor:
-        """A page-locked copy of a host tensor, for fast asynchronous copies to the device.
+        """Page-locked host memory for ``tensor``, for fast asynchronous copies to the device.
 
-        Accepts both DeepSpeed keyword styles (``align_bytes`` and ``make_copy``/``match_shape``);
-        a tensor already pinned, or one this backend cannot pin (no device to copy to, or
-        unified memory), is returned as it is.
+        As DeepSpeed: ``make_copy=True`` gives a pinned copy of ``tensor`` (itself if already
+        pinned); ``make_copy=False`` treats ``tensor`` as a template and gives a fresh,
+        uninitialised pinned buffer of its shape (flat when ``match_shape=False``). A backend
+        that cannot pin (the CPU, unified memory) returns ``tensor`` itself, as do device
+        tensors. ``align_bytes`` is accepted for older DeepSpeed code and not needed.
         """
-        if tensor.device.type != "cpu" or not self._can_pin() or tensor.is_pinned():
+        if tensor.device.type != "cpu" or not self._can_pin():
             return tensor
-        return tensor.pin_memory()
+        if make_copy:
+            return tensor if tensor.is_pinned() else tensor.pin_memory()
+        shape = tuple(tensor.shape) if match_shape else (tensor.numel(),)
+        return _empty_host(self, shape, tensor.dtype)
 
     def is_pinned(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` lives in page-locked host memory."""
@@ -305,41 +339,46 @@ class Accelerator(abc.ABC):
         except RuntimeError:  # torch has no pinning hooks here: nothing can be pinned
             return False
 
-    def unpin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
-        """A pageable version of ``tensor``: a copy if it was pinned, else itself."""
-        if self.is_pinned(tensor):
-            return tensor.clone(memory_format=torch.preserve_format).contiguous()
-        return tensor
+    def unpin_memory(self, tensor: torch.Tensor) -> None:
+        """Release pinning made by a native pinned-memory pool; returns ``None`` as DeepSpeed.
+
+        Memory pinned through torch is released with its last reference, so there is
+        nothing to do here and ``tensor`` is left as it is.
+        """
+        return None
 
     def _can_pin(self) -> bool:
         """Whether this backend can page-lock host memory in this process."""
         return self.is_available()
 
     def pin_empty(
-        self, *size: int | Sequence[int], dtype: torch.dtype, device: str = "cpu"
+        self,
+        *size: int | Sequence[int],
+        dtype: torch.dtype,
+        device: str | torch.device = "cpu",
     ) -> torch.Tensor:
         """An uninitialised host tensor, page-locked where the backend supports it.
 
         ``size`` is given like ``torch.empty``'s: ``pin_empty(2, 3, dtype=...)`` or
-        ``pin_empty((2, 3), dtype=...)``.
+        ``pin_empty((2, 3), dtype=...)``; no size gives a 0-d tensor. A device other than the
+        CPU is a ``ValueError``.
         """
-        if torch.device(device).type != "cpu":
-            raise ValueError(
-                f"pin_empty makes host buffers; device={device!r} is not the CPU. "
-                "Allocate device tensors with torch.empty(..., device=...) instead."
-            )
-        if self._can_pin():
-            try:
-                return torch.empty(*size, dtype=dtype, pin_memory=True)  # type: ignore[arg-type]
-            except RuntimeError:  # torch has no pinning hooks for this device here
-                pass
-        return torch.empty(*size, dtype=dtype)  # type: ignore[arg-type]
+        _require_host(device, "pin_empty")
+        if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+            shape = tuple(int(n) for n in size[0])
+        else:
+            shape = tuple(int(n) for n in size)  # type: ignore[arg-type]
+        return _empty_host(self, shape, dtype)
 
     def pin_empty_like(
-        self, tensor: torch.Tensor, device: str = "cpu", dtype: torch.dtype | None = None
+        self,
+        tensor: torch.Tensor,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | None = None,
     ) -> torch.Tensor:
         """Like ``pin_empty`` with ``tensor``'s shape and (unless given) dtype."""
-        return self.pin_empty(*tensor.shape, dtype=dtype or tensor.dtype, device=device)
+        _require_host(device, "pin_empty_like")
+        return _empty_host(self, tuple(tensor.shape), tensor.dtype if dtype is None else dtype)
 
     def pin_memory_alignment(self) -> int:
         """Byte alignment pinned buffers need; 1 means none."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import pytest
@@ -258,13 +257,41 @@ def test_tensor_types_make_cpu_tensors(acc: CpuAccelerator, prop: str, dtype: to
 
 
 # ---------------------------------------------------------------- pinning & placement
-def test_pin_memory_accepts_both_keyword_styles(acc: CpuAccelerator) -> None:
+def test_pin_memory_returns_the_tensor_itself_as_deepspeeds_cpu_accelerator(
+    acc: CpuAccelerator,
+) -> None:
     t = torch.ones(4)
     assert acc.pin_memory(t) is t
+    assert acc.pin_memory(t, False) is t  # positional make_copy, as DeepSpeed calls it
     assert acc.pin_memory(t, align_bytes=64) is t
     assert acc.pin_memory(t, make_copy=False, match_shape=False) is t
     assert acc.is_pinned(t) is False
-    assert acc.unpin_memory(t) is t
+
+
+def test_unpin_memory_returns_none_and_leaves_the_tensor(acc: CpuAccelerator) -> None:
+    t = torch.ones(4)
+    assert acc.unpin_memory(t) is None
+    assert t.tolist() == [1.0] * 4
+
+
+def test_create_op_builder_takes_deepspeeds_cpu_keyword(acc: CpuAccelerator) -> None:
+    assert acc.create_op_builder(op_name="NoSuchBuilder") is None
+    assert type(acc.create_op_builder(op_name="CPUAdamBuilder")) is acc.get_op_builder(
+        "CPUAdamBuilder"
+    )
+
+
+def test_get_rss_and_reset_rss_report_the_resident_set(acc: CpuAccelerator) -> None:
+    import psutil
+
+    rss = acc.get_rss()
+    assert abs(rss - psutil.Process().memory_info().rss) < 64 << 20
+    reset = acc.reset_rss()
+    assert reset > 0 and acc.max_memory_allocated() >= reset - (64 << 20)
+    block = torch.ones(64 << 20, dtype=torch.uint8)  # 64 MiB touched
+    assert acc.get_rss() >= reset + (32 << 20)
+    assert acc.max_memory_allocated() >= acc.get_rss() - (8 << 20)
+    del block
 
 
 def test_pin_empty_shapes_and_dtype(acc: CpuAccelerator) -> None:
@@ -348,7 +375,6 @@ def test_op_builder_lookups(acc: CpuAccelerator) -> None:
     assert acc.build_extension() is BuildExtension
 
 
-def test_tensor_factory_is_a_partial_of_torch_tensor(acc: CpuAccelerator) -> None:
-    factory = acc.FloatTensor
-    assert isinstance(factory, functools.partial)
-    assert factory.func is torch.tensor
+def test_tensor_types_take_sizes_and_answer_isinstance(acc: CpuAccelerator) -> None:
+    assert acc.FloatTensor(2).shape == (2,)
+    assert isinstance(acc.FloatTensor([1.0]), acc.FloatTensor)

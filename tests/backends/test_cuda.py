@@ -236,7 +236,7 @@ def test_triton_needs_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_tensor_types_target_cuda(acc: CudaAccelerator) -> None:
     for prop, dtype in [("FloatTensor", torch.float32), ("HalfTensor", torch.float16)]:
         factory = getattr(acc, prop)
-        assert factory.keywords == {"dtype": dtype, "device": "cuda"}
+        assert (factory.dtype, factory.device) == (dtype, "cuda")
 
 
 def test_on_accelerator(acc: CudaAccelerator) -> None:

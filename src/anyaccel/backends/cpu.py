@@ -191,6 +191,15 @@ class CpuAccelerator(Accelerator):
             peak = self._peak_rss_fallback
         return max(peak, current)
 
+    def get_rss(self) -> int:
+        """The process's resident set size in bytes (DeepSpeed's CPU name; feeds the peak)."""
+        return self.memory_allocated()
+
+    def reset_rss(self) -> int:
+        """Restart the peak resident set size; returns the current one, as DeepSpeed's does."""
+        self.reset_peak_memory_stats()
+        return self.memory_allocated()
+
     def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
         """Restart the peak resident set size (Linux ``/proc/self/clear_refs``)."""
         with contextlib.suppress(OSError):
@@ -258,3 +267,8 @@ class CpuAccelerator(Accelerator):
     def on_accelerator(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` is a CPU tensor."""
         return bool(tensor.device.type == "cpu")
+
+    # ------------------------------------------------------------------ op building
+    def create_op_builder(self, op_name: str) -> Any | None:
+        """An instance of the op builder called ``op_name`` (DeepSpeed's CPU parameter name)."""
+        return super().create_op_builder(op_name)
