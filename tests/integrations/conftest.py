@@ -82,10 +82,7 @@ def simulated_deepspeed(tmp_path: Path) -> str:
     """A directory holding a minimal ``deepspeed`` package with DeepSpeed's ABC check."""
     package = tmp_path / "deepspeed" / "accelerator"
     package.mkdir(parents=True)
-    # Like DeepSpeed's all_ops, the package reads the accelerator while it is imported.
-    (tmp_path / "deepspeed" / "__init__.py").write_text(
-        "from deepspeed.accelerator import get_accelerator\nSEEN_AT_IMPORT = get_accelerator()\n"
-    )
+    (tmp_path / "deepspeed" / "__init__.py").write_text("")
     (package / "__init__.py").write_text(
         "from deepspeed.accelerator.real_accelerator import set_accelerator, get_accelerator\n"
     )

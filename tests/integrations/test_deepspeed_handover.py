@@ -172,32 +172,3 @@ def test_importing_anyaccel_and_detecting_never_imports_deepspeed(ds_python: str
         assert not loaded, loaded
         """,
     )
-
-
-def test_install_before_import_reaches_deepspeeds_import_time_lookups(ds_python: str) -> None:
-    run_python(
-        ds_python,
-        """
-        from anyaccel.integrations.deepspeed import install
-        acc = install()
-        import deepspeed.runtime.utils as runtime_utils
-        from deepspeed.ops.op_builder import all_ops
-        assert runtime_utils.torch_memory_reserved.__self__ is acc
-        assert all_ops.op_builder_dir == acc.op_builder_dir(), all_ops.op_builder_dir
-        """,
-    )
-
-
-def test_the_choice_module_gets_the_pending_accelerator_as_it_loads(
-    simulated_deepspeed: str,
-) -> None:
-    run_python(
-        sys.executable,
-        """
-        from anyaccel.integrations.deepspeed import install
-        acc = install()
-        import deepspeed
-        assert deepspeed.SEEN_AT_IMPORT is acc, deepspeed.SEEN_AT_IMPORT
-        """,
-        paths=(simulated_deepspeed,),
-    )

@@ -42,13 +42,7 @@ DEEPSPEED_ABC_MODULES: tuple[str, ...] = (
     "accelerator.abstract_accelerator",
 )
 
-#: DeepSpeed's module holding its chosen accelerator (``set_accelerator``, ``get_accelerator``).
-_DEEPSPEED_CHOICE_MODULE = "deepspeed.accelerator.real_accelerator"
-
 _lock = threading.RLock()
-#: The accelerator ``install`` hands to DeepSpeed the moment its choice module loads, so
-#: DeepSpeed's own import-time lookups (op builders, memory helpers) already see it.
-_pending: list[Accelerator] = []
 #: anyaccel classes to register with every DeepSpeed ABC that appears.
 _classes: list[type] = []
 #: The DeepSpeed ABCs registered with so far (by identity; a reload makes a new one).
@@ -101,11 +95,6 @@ class _RegisteringLoader(importlib.abc.Loader):
         # The module is complete (and in sys.modules) but not yet returned to the importer:
         # register now, so the ABC knows anyaccel's classes before DeepSpeed checks one.
         _register_all()
-        if module.__name__ == _DEEPSPEED_CHOICE_MODULE:
-            with _lock:
-                pending = list(_pending)
-            if pending:
-                module.set_accelerator(pending[0])
 
     def __getattr__(self, name: str) -> Any:
         # get_source, get_filename, is_package...: whatever else the real loader offers.
@@ -121,7 +110,7 @@ class _DeepSpeedABCWatcher(importlib.abc.MetaPathFinder):
         path: Sequence[str] | None,
         target: ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in DEEPSPEED_ABC_MODULES and fullname != _DEEPSPEED_CHOICE_MODULE:
+        if fullname not in DEEPSPEED_ABC_MODULES:
             return None
         for finder in sys.meta_path:
             if finder is self or isinstance(finder, _DeepSpeedABCWatcher):
@@ -161,10 +150,9 @@ def install(accelerator: Accelerator | None = None) -> Accelerator:
     """Make DeepSpeed use ``accelerator`` (default: ``anyaccel.get_accelerator()``); returns it.
 
     Imports DeepSpeed, registers the accelerator's class with DeepSpeed's ABC and calls
-    ``deepspeed.accelerator.set_accelerator``, whatever was imported first. Called before
-    ``import deepspeed``, it hands over while DeepSpeed loads, so even the values DeepSpeed
-    computes at import time (its op-builder table, memory helpers) come from anyaccel;
-    called later, it replaces DeepSpeed's own choice from then on. Raises
+    ``deepspeed.accelerator.set_accelerator``, whatever was imported first. What DeepSpeed
+    binds while it is imported (the op-builder classes in ``deepspeed.ops.op_builder``, whose
+    native modules DeepSpeed's optimizers call) stays DeepSpeed's own. Raises
     :class:`DeepSpeedNotInstalledError` when DeepSpeed cannot be imported, and
     ``anyaccel.InvalidAcceleratorError`` for an object that is no accelerator.
     """
@@ -175,8 +163,6 @@ def install(accelerator: Accelerator | None = None) -> Accelerator:
     else:
         set_accelerator(accelerator)  # validates it (and adopts duck-typed accelerators)
     register_with_deepspeed(type(accelerator))
-    with _lock:
-        _pending[:] = [accelerator]
     try:
         ds_accelerator = importlib.import_module("deepspeed.accelerator")
     except ImportError as error:
@@ -184,9 +170,6 @@ def install(accelerator: Accelerator | None = None) -> Accelerator:
             f"anyaccel.integrations.deepspeed.install() needs DeepSpeed, which cannot be "
             f"imported here ({error}). Install it with `DS_BUILD_OPS=0 pip install deepspeed`."
         ) from error
-    finally:
-        with _lock:
-            _pending.clear()
     _register_all()
     ds_accelerator.set_accelerator(accelerator)
     return accelerator

@@ -1,0 +1,81 @@
+"""``deepspeed.initialize`` trains on anyaccel's accelerator exactly as on DeepSpeed's own.
+
+Two ``torchrun --nproc-per-node 2`` launches (gloo), one per accelerator, each running every
+configuration (ZeRO 0-3, fp32 and bf16, with and without CPU optimizer offload) for 20 steps;
+the losses must be equal step for step. DeepSpeed's CPU Adam is built just in time on first
+use: set ``TORCH_EXTENSIONS_DIR`` to a lasting directory to keep that build between runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import ANYACCEL_SRC
+from .deepspeed_train import CONFIGS, config_name
+
+pytestmark = [pytest.mark.deepspeed, pytest.mark.slow]
+
+SCRIPT = Path(__file__).with_name("deepspeed_train.py")
+STEPS = 20
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def runs(ds_python: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, object]]:
+    """Both launches at once (they overlap DeepSpeed's import and start-up); their results."""
+    out_dir = tmp_path_factory.mktemp("deepspeed_runs")
+    env = dict(os.environ, PYTHONPATH=ANYACCEL_SRC, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
+    launches = {}
+    for accelerator in ("deepspeed", "anyaccel"):
+        command = [
+            ds_python, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+            "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+            str(SCRIPT), "--accelerator", accelerator, "--steps", str(STEPS),
+            "--out", str(out_dir / f"{accelerator}.json"),
+        ]  # fmt: skip
+        log = (out_dir / f"{accelerator}.log").open("w")
+        launches[accelerator] = (
+            subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env),
+            out_dir / f"{accelerator}.log",
+        )
+    results = {}
+    for accelerator, (process, log_path) in launches.items():
+        try:
+            code = process.wait(timeout=900)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            code = None
+        assert code == 0, f"{accelerator} run: exit {code}\n{log_path.read_text()[-4000:]}"
+        results[accelerator] = json.loads((out_dir / f"{accelerator}.json").read_text())
+    return results
+
+
+def test_each_run_trained_on_the_accelerator_it_names(runs: dict[str, dict[str, object]]) -> None:
+    assert (
+        runs["deepspeed"]["accelerator"] == "deepspeed.accelerator.cpu_accelerator.CPU_Accelerator"
+    )
+    assert runs["anyaccel"]["accelerator"] == "anyaccel.backends.cpu.CpuAccelerator"
+
+
+@pytest.mark.parametrize("name", [config_name(*config) for config in CONFIGS])
+def test_losses_equal_deepspeeds_own_accelerator_step_for_step(
+    name: str, runs: dict[str, dict[str, dict[str, list[float]]]]
+) -> None:
+    ours = runs["anyaccel"]["losses"][name]
+    theirs = runs["deepspeed"]["losses"][name]
+    assert len(ours) == len(theirs) == STEPS
+    assert ours == theirs
+    assert ours[-1] < 0.9 * ours[0], f"{name} did not train: {ours[0]} -> {ours[-1]}"
