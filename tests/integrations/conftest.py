@@ -59,13 +59,26 @@ def deepspeed_python() -> str | None:
     return None
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a DeepSpeed child: this anyaccel, no forced backend, a lasting JIT cache.
+
+    ``ANYACCEL_DEEPSPEED_EXTENSIONS_DIR`` (set by ``.ci/run``) becomes the child's
+    ``TORCH_EXTENSIONS_DIR``, so the ops DeepSpeed builds just in time are built once.
+    """
+    env = dict(os.environ, PYTHONPATH=ANYACCEL_SRC)
+    env.pop("DS_ACCELERATOR", None)
+    extensions = os.environ.get("ANYACCEL_DEEPSPEED_EXTENSIONS_DIR")
+    if extensions:
+        env["TORCH_EXTENSIONS_DIR"] = extensions
+    return env
+
+
 def run_python(
     python: str, code: str, *, paths: tuple[str, ...] = (), timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh ``python`` with anyaccel (and ``paths``) importable; must succeed."""
-    env = dict(os.environ)
+    env = child_env()
     env["PYTHONPATH"] = os.pathsep.join((*paths, ANYACCEL_SRC))
-    env.pop("DS_ACCELERATOR", None)
     result = subprocess.run(
         [python, "-c", textwrap.dedent(code)],
         capture_output=True,

@@ -3,20 +3,19 @@
 Two ``torchrun --nproc-per-node 2`` launches (gloo), one per accelerator, each running every
 configuration (ZeRO 0-3, fp32 and bf16, with and without CPU optimizer offload) for 20 steps;
 the losses must be equal step for step. DeepSpeed's CPU Adam is built just in time on first
-use: set ``TORCH_EXTENSIONS_DIR`` to a lasting directory to keep that build between runs.
+use: ``ANYACCEL_DEEPSPEED_EXTENSIONS_DIR`` (or ``TORCH_EXTENSIONS_DIR``) keeps that build.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from .conftest import ANYACCEL_SRC
+from .conftest import child_env
 from .deepspeed_train import CONFIGS, config_name
 
 pytestmark = [pytest.mark.deepspeed, pytest.mark.slow]
@@ -36,7 +35,7 @@ def _free_port() -> int:
 def runs(ds_python: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, object]]:
     """Both launches at once (they overlap DeepSpeed's import and start-up); their results."""
     out_dir = tmp_path_factory.mktemp("deepspeed_runs")
-    env = dict(os.environ, PYTHONPATH=ANYACCEL_SRC, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
+    env = dict(child_env(), DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
     launches = {}
     for accelerator in ("deepspeed", "anyaccel"):
         command = [
