@@ -111,3 +111,10 @@ def ds_python() -> str:
     if python is None:
         pytest.skip("DeepSpeed is not installed (set ANYACCEL_DEEPSPEED_PYTHON to a venv's python)")
     return python
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that runs DeepSpeed carries the ``deepspeed`` marker (``-m deepspeed``)."""
+    for item in items:
+        if "ds_python" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.deepspeed)
