@@ -184,8 +184,8 @@ def plot(table: Table, path: Path) -> bool:
     axes.set_yticks([n + height * (len(columns) - 1) / 2 for n in range(len(labels))])
     axes.set_yticklabels(labels, fontsize=8)
     axes.invert_yaxis()
-    axes.set_xlabel("ratio (measured in the same run; 1.0 = the baseline)")
-    axes.set_title(table.title or path.stem, fontsize=9)
+    axes.set_xlabel("ratio, as in the table (1.0 = parity with the baseline of the same run)")
+    axes.set_title(table.title or path.stem.rsplit("-", 1)[0], fontsize=9)
     if len(columns) > 1:
         axes.legend(fontsize=8)
     figure.tight_layout()
@@ -259,14 +259,19 @@ def write_report(results: list[Result], out: Path, argv: list[str]) -> Path:
         "|---|---|---:|---|",
     ]
     for result in results:
-        shown = " ".join(Path(arg).name if arg.endswith(".py") else arg for arg in result.command)
+        shown = " ".join(["python", Path(result.command[1]).name, *result.command[2:]])
         parts.append(f"| {result.name} | {result.status} | {result.seconds:.0f} | `{shown}` |")
     plotted = missing_plot = 0
     for result in results:
         parts += ["", f"## {result.name}", ""]
         if result.status != "ok":
-            parts += [f"**{result.status}**; the end of its error output:", ""]
-            parts += ["```text", *result.stderr.strip().splitlines()[-20:], "```", ""]
+            errors = result.stderr.strip().splitlines()[-20:]
+            parts += [
+                f"**{result.status}**" + ("; the end of its error output:" if errors else ""),
+                "",
+            ]
+            if errors:
+                parts += ["```text", *errors, "```", ""]
         for number, table in enumerate(result.tables, start=1):
             if table.title:
                 parts += [f"### {table.title}", ""]

@@ -113,7 +113,7 @@ def test_probe_without_any_torch_device_says_not_installed() -> None:
 def test_torch_without_torch_accelerator_falls_back_to_privateuse1(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delattr(torch, "accelerator")
+    monkeypatch.delattr(torch, "accelerator", raising=False)  # absent before torch 2.6
     monkeypatch.setattr(torch._C, "_get_privateuse1_backend_name", lambda: "oldvendor")
     assert generic.torch_device_type() == ("oldvendor", "PrivateUse1")
     outcome = generic.probe()
@@ -124,7 +124,7 @@ def test_torch_without_torch_accelerator_falls_back_to_privateuse1(
 def test_old_torch_without_any_device_degrades_to_not_installed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delattr(torch, "accelerator")
+    monkeypatch.delattr(torch, "accelerator", raising=False)  # absent before torch 2.6
     device_type, reason = generic.torch_device_type()
     assert device_type is None
     assert "no torch.accelerator" in reason

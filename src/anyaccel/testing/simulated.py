@@ -1054,7 +1054,9 @@ def registered_compile_backend(name: str) -> Iterator[None]:
     import torch._dynamo
     from torch._dynamo.backends import registry
 
-    if name in registry._COMPILER_FNS:
+    # torch >= 2.6 keeps the functions in _COMPILER_FNS; older torch (2.4) in _BACKENDS.
+    compiler_fns: dict[str, Any] = getattr(registry, "_COMPILER_FNS", registry._BACKENDS)
+    if name in compiler_fns:
         yield
         return
 
@@ -1065,7 +1067,7 @@ def registered_compile_backend(name: str) -> Iterator[None]:
     try:
         yield
     finally:
-        registry._COMPILER_FNS.pop(name, None)
+        compiler_fns.pop(name, None)
 
 
 # ---------------------------------------------------------------------- mps (Apple)
