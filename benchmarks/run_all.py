@@ -45,7 +45,7 @@ class Table:
             filled = [cell for cell in cells if cell.strip() not in ("", "-", "\u2013")]
             if not filled:
                 continue
-            headed = "ratio" in name.lower() or name.strip() in ("x", "speed-up", "speedup")
+            headed = _names_a_ratio(name)
             if (headed or all(_RATIO_CELL.match(cell) for cell in filled)) and any(
                 ratio_value(cell) is not None for cell in filled
             ):
@@ -77,6 +77,12 @@ class Result:
     stdout: str
     stderr: str
     tables: list[Table] = field(default_factory=list)
+
+
+def _names_a_ratio(header: str) -> bool:
+    """A column header that announces ratios: 'ratio', 'speed-up', 'speedup', 'x'."""
+    name = header.strip().lower()
+    return "ratio" in name or name in ("x", "speed-up", "speedup")
 
 
 def ratio_value(cell: str) -> float | None:
@@ -116,7 +122,7 @@ def parse_tables(text: str) -> list[Table]:
             tables.append(Table(title, block[0], rows))
             continue
         columns = re.split(r"\s{2,}", line.strip())
-        if len(columns) >= 3 and any("ratio" in column.lower() for column in columns):
+        if len(columns) >= 3 and any(_names_a_ratio(column) for column in columns):
             rows = []
             i += 1
             while i < len(lines) and lines[i].strip():

@@ -128,3 +128,10 @@ def test_an_unknown_benchmark_name_is_an_error_listing_the_known(
         run_all.main(["--only", "nope", "--out", str(tmp_path)])
     assert exit_info.value.code == 2
     assert "no benchmark named nope; known:" in capsys.readouterr().err
+
+
+def test_aligned_columns_headed_speed_up_are_ratios(run_all: ModuleType) -> None:
+    text = "  size    gloo us  anyaccel us  speed-up\n 4 KiB     3399.4        252.7    13.45x\n"
+    (table,) = run_all.parse_tables(text)
+    assert table.rows == [["4 KiB", "3399.4", "252.7", "13.45x"]]
+    assert table.ratio_columns() == [3]
