@@ -59,3 +59,14 @@ def adam_shaped_step(size: int) -> Callable[[], object]:
     return lambda: module.adam_shaped(
         p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(), size, threads
     )
+
+
+def adam_shaped_copy_step(size: int) -> Callable[[], object]:
+    """Adam's traffic plus the offload step's bf16 copy, written the way the optimizer writes it."""
+    module: ModuleType = StreamBuilder().load()
+    p, g, m, v = (torch.ones(size) for _ in range(4))
+    copy = torch.empty(size, dtype=torch.bfloat16)
+    threads = torch.get_num_threads()
+    return lambda: module.adam_shaped_copy(
+        p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(), copy.data_ptr(), size, threads
+    )

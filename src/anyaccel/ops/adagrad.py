@@ -11,7 +11,7 @@ import torch
 from torch.optim.optimizer import ParamsT
 
 from anyaccel.ops.cpu.cpu_adagrad import CPUAdagradBuilder
-from anyaccel.ops.host_optimizer import CopyGroups, HostOptimizer, require_fp32_states
+from anyaccel.ops.host_optimizer import CopyGroups, HostOptimizer
 from anyaccel.ops.hyperparams import ADAGRAD_RULES
 from anyaccel.ops.sparse_adagrad import (
     accumulator,
@@ -77,12 +77,9 @@ class CPUAdagrad(HostOptimizer):
                 stacklevel=4,
             )
 
-    def _state_addresses(
-        self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
-    ) -> tuple[int, ...]:
+    def _state_specs(self, group: dict[str, Any]) -> tuple[tuple[str, float], ...]:
         """The sum of squared gradients, starting at the constructor's accumulator value."""
-        initial = float(self.defaults["initial_accumulator_value"])
-        return (self._state_tensor(param, state, self.accumulator_key, initial).data_ptr(),)
+        return ((self.accumulator_key, float(self.defaults["initial_accumulator_value"])),)
 
     @torch.no_grad()
     def step(  # type: ignore[override]
@@ -136,10 +133,9 @@ class CPUAdagrad(HostOptimizer):
                     found.append((group_index, param_index, param))
         return found
 
-    def _scalars(self, group: dict[str, Any], step: int) -> tuple[float | int | bool, ...]:
-        """Adagrad's step count and hyperparameters, in ``adagrad_step``'s order."""
+    def _group_scalars(self, group: dict[str, Any]) -> tuple[float | bool, ...]:
+        """Adagrad's hyperparameters, in ``adagrad_step``'s order."""
         return (
-            step,
             float(group["lr"]),
             float(group["lr_decay"]),
             float(group["eps"]),
@@ -176,5 +172,5 @@ class DeepSpeedCPUAdagrad(CPUAdagrad):
     ) -> None:
         if amsgrad:
             raise ValueError("Adagrad has no amsgrad variant; pass amsgrad=False")
-        require_fp32_states(fp32_optimizer_states)
+        self.fp32_optimizer_states = bool(fp32_optimizer_states)
         super().__init__(model_params, lr=lr, eps=eps, weight_decay=weight_decay)

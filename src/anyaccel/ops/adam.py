@@ -12,8 +12,11 @@ import torch
 from torch.optim.optimizer import ParamsT, StateDict
 
 from anyaccel.ops.cpu.cpu_adam import CPUAdamBuilder
-from anyaccel.ops.host_optimizer import HostOptimizer, require_fp32_states
+from anyaccel.ops.host_optimizer import HostOptimizer
 from anyaccel.ops.hyperparams import ADAM_RULES
+
+#: Adam's state tensors and their initial values.
+ADAM_STATES = (("exp_avg", 0.0), ("exp_avg_sq", 0.0))
 
 
 class CPUAdam(HostOptimizer):
@@ -105,22 +108,16 @@ class CPUAdam(HostOptimizer):
             group["decoupled_weight_decay"] = bool(group["adamw_mode"])
         return saved
 
-    def _state_addresses(
-        self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
-    ) -> tuple[int, ...]:
+    def _state_specs(self, group: dict[str, Any]) -> tuple[tuple[str, float], ...]:
         """The first and second moments, and the running maximum of the second under amsgrad."""
-        exp_avg = self._state_tensor(param, state, "exp_avg")
-        exp_avg_sq = self._state_tensor(param, state, "exp_avg_sq")
-        max_address = 0
         if group["amsgrad"]:
-            max_address = self._state_tensor(param, state, "max_exp_avg_sq").data_ptr()
-        return exp_avg.data_ptr(), exp_avg_sq.data_ptr(), max_address
+            return (*ADAM_STATES, ("max_exp_avg_sq", 0.0))
+        return ADAM_STATES
 
-    def _scalars(self, group: dict[str, Any], step: int) -> tuple[float | int | bool, ...]:
-        """Adam(W)'s step count and hyperparameters, in ``adam_step``'s order."""
+    def _group_scalars(self, group: dict[str, Any]) -> tuple[float | bool, ...]:
+        """Adam(W)'s hyperparameters, in ``adam_step``'s order."""
         beta1, beta2 = group["betas"]
         return (
-            step,
             float(group["lr"]),
             float(beta1),
             float(beta2),
@@ -129,7 +126,35 @@ class CPUAdam(HostOptimizer):
             bool(group["adamw_mode"]),
             bool(group["bias_correction"]),
             bool(group["maximize"]),
+            bool(group["amsgrad"]),
         )
+
+    def _inverse_subgroup_step(self, subgroup_id: int, state: dict[str, Any]) -> None:
+        """Undo an older subgroup step algebraically from the gradient, as DeepSpeed does.
+
+        Exact only up to rounding, and impossible where the step met a NaN/Inf or under amsgrad.
+        """
+        stepped = [(p, g) for g in self.param_groups for p in g["params"] if p.grad is not None]
+        if len(stepped) != 1 or stepped[0][1]["amsgrad"]:
+            super()._inverse_subgroup_step(subgroup_id, state)
+        param, group = stepped[0]
+        beta1, beta2 = group["betas"]
+        lr, eps, decay = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
+        step = float(state["step"])
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        bias1 = 1 - beta1**step if group["bias_correction"] else 1.0
+        bias2 = 1 - beta2**step if group["bias_correction"] else 1.0
+        value = param.detach().float()
+        update = (lr / bias1) * exp_avg.float() / (exp_avg_sq.float().sqrt() / bias2**0.5 + eps)
+        value += update
+        grad = param.grad.float() * (-1.0 if group["maximize"] else 1.0)
+        if decay and group["adamw_mode"]:
+            value /= 1 - lr * decay
+        elif decay:
+            grad += decay * value
+        exp_avg.copy_((exp_avg.float() - (1 - beta1) * grad) / beta1)
+        exp_avg_sq.copy_(((exp_avg_sq.float() - (1 - beta2) * grad * grad) / beta2).clamp_(min=0))
+        param.copy_(value)
 
 
 class CPUAdamW(CPUAdam):
@@ -184,7 +209,7 @@ class DeepSpeedCPUAdam(CPUAdam):
         adamw_mode: bool = True,
         fp32_optimizer_states: bool = True,
     ) -> None:
-        require_fp32_states(fp32_optimizer_states)
+        self.fp32_optimizer_states = bool(fp32_optimizer_states)
         super().__init__(
             model_params,
             lr,

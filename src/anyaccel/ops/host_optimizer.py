@@ -1,14 +1,15 @@
 """``HostOptimizer``: the shared machinery of anyaccel's CPU optimizers (a drop-in ``Optimizer``).
 
-Each step runs a compiled kernel once per parameter over fp32 master weights and their state,
-and can write a bf16/fp16 copy of the parameters in the same pass (the offload case).
+Each step checks every group, then runs one compiled call per param group over all its
+tensors (fp32, bf16 or fp16 parameters, fp32 or low-precision states), optionally writing a
+bf16/fp16 copy of the parameters in the same pass (the offload case).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple, cast
 
 import torch
 from torch.optim.optimizer import ParamsT, StateDict
@@ -17,19 +18,25 @@ from anyaccel.ops.builder import OpBuilder
 from anyaccel.ops.checkpoint import prepare_checkpoint
 from anyaccel.ops.hyperparams import Rule, validate, with_torch_keys
 
-#: Low-precision copy dtypes a kernel can write, with the kernel's code for each.
-COPY_KINDS: dict[torch.dtype, int] = {torch.bfloat16: 1, torch.float16: 2}
-
 #: What ``step(fp16_param_groups=...)`` accepts: one list of copies per group, or a flat list.
 CopyGroups = Sequence[Sequence[torch.Tensor | None]] | Sequence[torch.Tensor | None]
+
+
+class SubgroupBackup(NamedTuple):
+    """What a subgroup step overwrote: its parameter's and states' values before it."""
+
+    param: torch.Tensor
+    value: torch.Tensor
+    states: dict[str, torch.Tensor]
+    initial: dict[str, float]
 
 
 class HostOptimizer(torch.optim.Optimizer):
     """A ``torch.optim.Optimizer`` whose update runs in a compiled CPU kernel.
 
     A subclass names its builder and kernel function, its hyperparameter rules and torch
-    counterpart, and says which state tensors (``_state_addresses``) and scalars
-    (``_scalars``) its kernel takes.
+    counterpart, and says which state tensors (``_state_specs``) and group scalars
+    (``_group_scalars``) its kernel takes.
     """
 
     #: The builder of the kernel this optimizer calls.
@@ -44,6 +51,8 @@ class HostOptimizer(torch.optim.Optimizer):
     state_tensor_keys: ClassVar[tuple[str, ...]] = ()
     #: Other optimizers' names for our state tensors (theirs to ours), translated at load.
     state_key_aliases: ClassVar[Mapping[str, str]] = {}
+    #: False keeps states in the parameter's dtype (DeepSpeed's ``fp32_optimizer_states``).
+    fp32_optimizer_states: bool = True
 
     def __init__(self, params: ParamsT, defaults: dict[str, Any]) -> None:
         validate(self.hyperparameter_rules, defaults)
@@ -76,7 +85,29 @@ class HostOptimizer(torch.optim.Optimizer):
         ``ValueError`` (``CheckpointMismatchError`` for a checkpoint of other parameters) or
         ``TypeError`` before anything is loaded.
         """
-        super().load_state_dict(prepare_checkpoint(self, state_dict))
+        prepared = prepare_checkpoint(self, state_dict)
+        super().load_state_dict(prepared)
+        self._restore_state_precision(prepared)
+
+    def _restore_state_precision(self, loaded: StateDict) -> None:
+        """Undo torch's cast of states to a bf16/fp16 parameter's dtype when states are fp32.
+
+        ``torch.optim.Optimizer.load_state_dict`` casts every state tensor to its parameter's
+        dtype; our kernels keep fp32 states for low-precision parameters (as DeepSpeed does), so
+        those are taken from the checkpoint again, converted to fp32 without the lossy detour.
+        """
+        if not self.fp32_optimizer_states:
+            return
+        saved_ids = [i for group in loaded["param_groups"] for i in group["params"]]
+        params = [p for group in self.param_groups for p in group["params"]]
+        for saved_id, param in zip(saved_ids, params, strict=True):
+            saved = loaded["state"].get(saved_id)
+            if param.dtype == torch.float32 or not isinstance(saved, Mapping):
+                continue
+            for key in self.state_tensor_keys:
+                value = saved.get(key)
+                if isinstance(value, torch.Tensor) and value.is_floating_point():
+                    self.state[param][key] = value.to(device="cpu", dtype=torch.float32)
 
     def _translate_checkpoint_group(
         self, group: dict[str, Any], current: Mapping[str, Any]
@@ -100,20 +131,12 @@ class HostOptimizer(torch.optim.Optimizer):
         if not had_differentiable:
             self.defaults.pop("differentiable", None)
 
-    def _state_addresses(
-        self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
-    ) -> tuple[int, ...]:
-        """The addresses of ``param``'s state tensors in the kernel's order, creating any absent.
-
-        0 stands for a state the group does not use. Implemented per optimizer.
-        """
+    def _state_specs(self, group: dict[str, Any]) -> tuple[tuple[str, float], ...]:
+        """The state tensors the kernel keeps per parameter, in its order: (key, initial value)."""
         raise NotImplementedError
 
-    def _scalars(self, group: dict[str, Any], step: int) -> tuple[float | int | bool, ...]:
-        """The kernel's arguments between the element count and the thread count.
-
-        ``step`` is this parameter's step count after the increment. Implemented per optimizer.
-        """
+    def _group_scalars(self, group: dict[str, Any]) -> tuple[float | bool, ...]:
+        """The kernel's arguments after the plan and before the thread count."""
         raise NotImplementedError
 
     @torch.no_grad()
@@ -122,37 +145,125 @@ class HostOptimizer(torch.optim.Optimizer):
         closure: Callable[[], float] | None = None,
         fp16_param_groups: CopyGroups | None = None,
     ) -> float | None:
-        """One step; ``fp16_param_groups`` are bf16/fp16 copies refreshed in the same pass."""
+        """One step; ``fp16_param_groups`` are bf16/fp16 copies refreshed in the same pass.
+
+        The whole step is checked before anything is written: a state, gradient or copy that
+        does not fit its parameter raises ``ValueError``/``TypeError`` with nothing changed.
+        """
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         copies = self._copies_by_group(fp16_param_groups)
+        self._run(self._prepare(copies, None))
+        return loss
+
+    @torch.no_grad()
+    def step_subgroup(self, subgroup_id: int, closure: Callable[[], float] | None = None) -> Any:
+        """DeepSpeed's ZeRO-3 step of one subgroup: its parameter's state is ``state[subgroup_id]``.
+
+        One parameter (the subgroup's partition) may have a gradient; its step count is the
+        subgroup's. A copy of what the step overwrites is kept, so ``rollback_subgroup`` undoes
+        the latest step exactly (set ``keep_rollback_copy = False`` to save that memory).
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        plans = self._prepare(None, subgroup_id)
+        stepped = [(p, g) for g in self.param_groups for p in g["params"] if p.grad is not None]
+        if len(stepped) > 1:
+            raise ValueError(
+                f"step_subgroup({subgroup_id!r}) steps one parameter (the subgroup's partition), "
+                f"but {len(stepped)} parameters have gradients; put only the subgroup's "
+                "parameter in param_groups[0]['params']"
+            )
+        if not stepped:
+            return loss
+        backups: dict[Any, SubgroupBackup] = self.__dict__.setdefault("_subgroup_backups", {})
+        backups.pop(subgroup_id, None)
+        if getattr(self, "keep_rollback_copy", True):
+            param, group = stepped[0]
+            state = cast("dict[Any, Any]", self.state).get(subgroup_id, {})
+            backups[subgroup_id] = SubgroupBackup(
+                param,
+                param.detach().clone(),
+                {k: v.clone() for k, v in state.items() if isinstance(v, torch.Tensor)},
+                dict(self._state_specs(group)),
+            )
+        self._run(plans)
+        return loss
+
+    @torch.no_grad()
+    def rollback_subgroup(
+        self, subgroup_id: int, closure: Callable[[], float] | None = None
+    ) -> Any:
+        """Undo the latest ``step_subgroup(subgroup_id)``; RuntimeError if it never stepped."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        state = cast("dict[Any, Any]", self.state).get(subgroup_id)
+        if not state:
+            raise RuntimeError(
+                f"Cannot rollback optimizer state for sub_group_id {subgroup_id} as it has not "
+                "been initialized (no step_subgroup ran for it)."
+            )
+        step = state.get("step", 0)
+        if float(step) <= 0:
+            raise RuntimeError(
+                f"Cannot rollback sub_group_id {subgroup_id}: step count is {int(float(step))}"
+            )
+        backup = self.__dict__.get("_subgroup_backups", {}).pop(subgroup_id, None)
+        if backup is None:
+            self._inverse_subgroup_step(subgroup_id, state)
+        else:
+            backup.param.copy_(backup.value)
+            for key, tensor in state.items():
+                if key == "step" or not isinstance(tensor, torch.Tensor):
+                    continue
+                if key in backup.states:
+                    tensor.copy_(backup.states[key])
+                else:  # created by the step: back to its initial value
+                    tensor.fill_(backup.initial.get(key, 0.0))
+        if isinstance(state["step"], torch.Tensor):
+            state["step"] -= 1
+        else:
+            state["step"] = state["step"] - 1
+        return loss
+
+    def _inverse_subgroup_step(self, subgroup_id: int, state: dict[str, Any]) -> None:
+        """Undo an older subgroup step algebraically; only optimizers that can invert do."""
+        raise RuntimeError(
+            f"Cannot rollback sub_group_id {subgroup_id}: only its latest step can be rolled "
+            f"back with {type(self).__name__}"
+        )
+
+    def _prepare(
+        self, copies: list[list[torch.Tensor | None]] | None, shared_key: object
+    ) -> list[tuple[Any, dict[str, Any]]]:
+        """One checked plan per group (``shared_key``: one state for all, as subgroups keep)."""
+        plans = []
+        for index, group in enumerate(self.param_groups):
+            plan = self.kernel.prepare(
+                group["params"],
+                self.state,
+                shared_key,
+                None if copies is None else copies[index],
+                self._state_specs(group),
+                not self.fp32_optimizer_states,
+                index,
+            )
+            plans.append((plan, group))
+        return plans
+
+    def _run(self, plans: list[tuple[Any, dict[str, Any]]]) -> None:
+        """Step each prepared group in one native call."""
         threads = torch.get_num_threads()
         kernel_step = getattr(self.kernel, self.kernel_function)
-        for group_index, group in enumerate(self.param_groups):
-            for param_index, param in enumerate(group["params"]):
-                if param.grad is None:
-                    continue
-                copy = copies[group_index][param_index] if copies is not None else None
-                grad = _dense_fp32_grad(param)
-                _check_param(param, copy)
-                state = self.state[param]
-                addresses = self._state_addresses(param, state, group)
-                step = self._next_step(state)
-                copy_ptr, copy_kind = copy_address(copy)
-                # Every kernel takes (param, grad, *states, copy, kind, numel, *scalars, threads).
-                kernel_step(
-                    param.data_ptr(),
-                    grad.data_ptr(),
-                    *addresses,
-                    copy_ptr,
-                    copy_kind,
-                    param.numel(),
-                    *self._scalars(group, step),
-                    threads,
-                )
-        return loss
+        for plan, group in plans:
+            if len(plan):
+                kernel_step(plan, *self._group_scalars(group), threads)
 
     def _copies_by_group(
         self, fp16_param_groups: CopyGroups | None
@@ -175,85 +286,3 @@ class HostOptimizer(torch.optim.Optimizer):
                 f"{expected} params per group; pass one copy (or None) per parameter"
             )
         return grouped  # type: ignore[return-value]
-
-    @staticmethod
-    def _state_tensor(
-        param: torch.Tensor, state: dict[str, Any], key: str, initial: float = 0.0
-    ) -> torch.Tensor:
-        """``state[key]`` as a contiguous fp32 tensor like ``param`` (all ``initial`` if absent)."""
-        value = state.get(key)
-        if not isinstance(value, torch.Tensor):
-            value = torch.full_like(param, initial, memory_format=torch.contiguous_format)
-            state[key] = value
-        elif not value.is_contiguous() or value.dtype != torch.float32:
-            value = value.to(torch.float32).contiguous()
-            state[key] = value
-        return value
-
-    @staticmethod
-    def _next_step(state: dict[str, Any]) -> int:
-        """Advance and return the step count (kept as a float tensor, as torch's optimizers do)."""
-        step = state.get("step")
-        if not isinstance(step, torch.Tensor):
-            step = torch.tensor(float(step or 0.0), dtype=torch.float32)
-            state["step"] = step
-        step += 1
-        return int(step.item())
-
-
-def require_fp32_states(fp32_optimizer_states: bool) -> None:
-    """Refuse DeepSpeed's ``fp32_optimizer_states=False``: the kernels keep fp32 states."""
-    if not fp32_optimizer_states:
-        raise ValueError(
-            "fp32_optimizer_states=False is not supported: anyaccel keeps optimizer "
-            "states in fp32; pass fp32_optimizer_states=True"
-        )
-
-
-def copy_address(copy: torch.Tensor | None) -> tuple[int, int]:
-    """The kernel's (address, kind) arguments for an optional low-precision copy."""
-    if copy is None:
-        return 0, 0
-    return copy.data_ptr(), COPY_KINDS[copy.dtype]
-
-
-def _dense_fp32_grad(param: torch.Tensor) -> torch.Tensor:
-    """``param.grad`` as a dense contiguous fp32 tensor (converted only when it is not one)."""
-    grad = param.grad
-    assert grad is not None
-    if grad.is_sparse:
-        raise RuntimeError(
-            "anyaccel CPU optimizers do not support sparse gradients; "
-            "use torch.optim.SparseAdam for sparse embeddings"
-        )
-    if grad.dtype != torch.float32:
-        grad = grad.to(torch.float32)
-    return grad.contiguous()
-
-
-def _check_param(param: torch.Tensor, copy: torch.Tensor | None) -> None:
-    """Reject parameters and copies the kernels cannot update in place, saying what to do."""
-    if param.device.type != "cpu" or param.dtype != torch.float32:
-        raise TypeError(
-            f"anyaccel CPU optimizers update fp32 CPU parameters, got {param.dtype} on "
-            f"{param.device}; keep fp32 master weights on the CPU and pass low-precision "
-            "copies through step(fp16_param_groups=...)"
-        )
-    if not param.is_contiguous():
-        raise ValueError(
-            f"parameter of shape {tuple(param.shape)} is not contiguous; "
-            "make it contiguous (param.data = param.data.contiguous()) before optimizing"
-        )
-    if copy is None:
-        return
-    if copy.dtype not in COPY_KINDS or copy.device.type != "cpu":
-        raise TypeError(
-            f"parameter copies must be bfloat16 or float16 CPU tensors, got {copy.dtype} on "
-            f"{copy.device}"
-        )
-    if copy.shape != param.shape or not copy.is_contiguous():
-        raise ValueError(
-            f"copy of shape {tuple(copy.shape)} does not match parameter of shape "
-            f"{tuple(param.shape)} (or is not contiguous); allocate it with "
-            "torch.empty_like(param, dtype=torch.bfloat16)"
-        )

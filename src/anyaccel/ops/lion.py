@@ -8,7 +8,7 @@ import torch
 from torch.optim.optimizer import ParamsT
 
 from anyaccel.ops.cpu.cpu_lion import CPULionBuilder
-from anyaccel.ops.host_optimizer import HostOptimizer, require_fp32_states
+from anyaccel.ops.host_optimizer import HostOptimizer
 from anyaccel.ops.hyperparams import LION_RULES, validate
 
 
@@ -42,14 +42,12 @@ class CPULion(HostOptimizer):
         defaults = {"lr": lr, "betas": betas, "weight_decay": weight_decay, "maximize": maximize}
         super().__init__(params, defaults)
 
-    def _state_addresses(
-        self, param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
-    ) -> tuple[int, ...]:
+    def _state_specs(self, group: dict[str, Any]) -> tuple[tuple[str, float], ...]:
         """The momentum."""
-        return (self._state_tensor(param, state, "exp_avg").data_ptr(),)
+        return (("exp_avg", 0.0),)
 
-    def _scalars(self, group: dict[str, Any], step: int) -> tuple[float | int | bool, ...]:
-        """Lion's hyperparameters, in ``lion_step``'s order (it takes no step count)."""
+    def _group_scalars(self, group: dict[str, Any]) -> tuple[float | bool, ...]:
+        """Lion's hyperparameters, in ``lion_step``'s order."""
         beta1, beta2 = group["betas"]
         return (
             float(group["lr"]),
@@ -71,5 +69,5 @@ class DeepSpeedCPULion(CPULion):
         weight_decay: float = 0.0,
         fp32_optimizer_states: bool = True,
     ) -> None:
-        require_fp32_states(fp32_optimizer_states)
+        self.fp32_optimizer_states = bool(fp32_optimizer_states)
         super().__init__(model_params, lr=lr, betas=betas, weight_decay=weight_decay)

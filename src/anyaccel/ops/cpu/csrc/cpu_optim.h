@@ -1,8 +1,7 @@
 // Shared pieces of anyaccel's CPU optimizer kernels: chunked OpenMP loops and the
 // fp32 -> bf16/fp16 conversions that write a low-precision parameter copy in the same pass.
 //
-// Kernels take raw pointers (validated on the Python side) so the extension needs only
-// pybind11, not the torch headers: that keeps a cold build to a few seconds.
+// The per-group plumbing (tensors, validation, parallel split) is in group_step.h.
 #pragma once
 
 #include <algorithm>
@@ -10,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__AVX512F__) || defined(__AVX2__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -162,22 +161,55 @@ inline void write_copy(Copy kind, const float* src, void* dst, int64_t offset, i
   }
 }
 
-// Calls body(begin, end) over [0, n) in L1-sized chunks, spread over `threads` OpenMP threads
-// in contiguous blocks (static schedule), so each thread streams its own part of memory.
-template <typename Body>
-inline void for_each_chunk(int64_t n, int threads, Body body) {
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  const int team = n >= kParallelThreshold ? std::max(threads, 1) : 1;
-#pragma omp parallel for schedule(static) num_threads(team) if (team > 1)
-  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-    const int64_t begin = chunk * kChunk;
-    body(begin, std::min(n, begin + kChunk));
-  }
+// Widens bf16 to fp32 (exact: bf16 is fp32's upper half).
+inline void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  uint32_t* bits = reinterpret_cast<uint32_t*>(dst);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) bits[i] = uint32_t(src[i]) << 16;
 }
 
-template <typename T>
-inline T* as_ptr(uintptr_t address) {
-  return reinterpret_cast<T*>(address);
+// Exact IEEE half -> fp32, including subnormals, infinities and NaN.
+inline float fp16_to_float(uint16_t half) {
+  const uint32_t sign = uint32_t(half & 0x8000u) << 16;
+  const uint32_t exponent = (half >> 10) & 0x1Fu;
+  uint32_t mantissa = half & 0x3FFu;
+  uint32_t bits;
+  if (exponent == 0x1Fu) {
+    bits = sign | 0x7F800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal: value = mantissa * 2^-24, exact in fp32
+    float value = float(mantissa) * 5.9604644775390625e-8f;
+    std::memcpy(&bits, &value, sizeof bits);
+    bits |= sign;
+  }
+  float out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+inline void fp16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(half));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = fp16_to_float(src[i]);
+}
+
+// torch.maximum's rule: NaN if either is NaN, else the larger.
+inline float nan_max(float a, float b) {
+  const float sum = a + b;
+  return sum != sum ? sum : (a > b ? a : b);
+}
+
+// torch.sign's rule: -1, 0 or 1, and NaN stays NaN.
+inline float nan_sign(float x) {
+  return x != x ? x : float(x > 0.0f) - float(x < 0.0f);
 }
 
 }  // namespace anyaccel
