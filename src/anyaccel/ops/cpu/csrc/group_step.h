@@ -262,7 +262,7 @@ class Plan {
       entry.state = py::reinterpret_borrow<py::object>(found);
       for (size_t s = 0; s < specs_.size(); ++s) {
         PyObject* value = PyDict_GetItemString(found, specs_[s].name.c_str());
-        if (value == nullptr) continue;
+        if (value == nullptr || value == Py_None) continue;  // absent: created at commit
         const std::string key = "state '" + specs_[s].name + "' ";
         if (variable_or_null(value) == nullptr) {
           throw py::type_error(where(i) + key + "is a " + std::string(Py_TYPE(value)->tp_name) +
