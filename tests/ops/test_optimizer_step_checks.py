@@ -139,6 +139,8 @@ KINDS = {
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("name", NAMES)
 def test_a_bad_last_parameter_is_refused_before_any_write(name: str, kind: str) -> None:
+    if kind == "sparse-grad" and "Adagrad" in name:
+        pytest.skip("Adagrad steps sparse gradients as torch.optim.Adagrad does")
     optimizer, params = two_groups(name)
     kwargs = provoke(kind, optimizer, params)
     before = snapshot(optimizer, params)
@@ -148,7 +150,7 @@ def test_a_bad_last_parameter_is_refused_before_any_write(name: str, kind: str) 
     assert_same(before, snapshot(optimizer, params))
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [name for name in NAMES if "Adagrad" not in name])
 def test_a_first_step_that_fails_creates_no_state(name: str) -> None:
     params = [torch.nn.Parameter(torch.randn(4)), torch.nn.Parameter(torch.randn(3))]
     optimizer = PAIRS[name][0](params)

@@ -131,6 +131,12 @@ def _prepare_state(
         entry = _rename_aliases(optimizer, dict(entry))
         for key in optimizer.state_tensor_keys:
             value = entry.get(key)
+            if value is not None and not isinstance(value, torch.Tensor):
+                raise CheckpointMismatchError(
+                    f"checkpoint state for param group {group_index}, index {param_index}: "
+                    f"{key!r} is a {type(value).__name__}, not a tensor; the checkpoint is "
+                    "damaged or from another optimizer"
+                )
             if isinstance(value, torch.Tensor) and value.shape != param.shape:
                 raise CheckpointMismatchError(
                     f"checkpoint state for param group {group_index}, index {param_index}: "

@@ -290,7 +290,7 @@ class Plan {
         entry.states[s] = tensor;
       }
       PyObject* step = PyDict_GetItemString(found, "step");
-      if (step != nullptr) {
+      if (step != nullptr && step != Py_None) {  // None: no count yet, as 0
         check_step(i, step);
         entry.step = py::reinterpret_borrow<py::object>(step);
       }
