@@ -73,7 +73,7 @@ def test_rollback_of_a_first_step_restores_fresh_state() -> None:
     optimizer.rollback_subgroup(0)
     assert torch.equal(param.detach(), initial)
     assert optimizer.state[0]["step"] == 0
-    assert torch.equal(optimizer.state[0]["sum"], torch.zeros(10))
+    assert torch.equal(optimizer.state[0][optimizer.accumulator_key], torch.zeros(10))
 
 
 def test_adam_rolls_back_older_steps_algebraically_like_deepspeed() -> None:
