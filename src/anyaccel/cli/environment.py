@@ -38,7 +38,6 @@ EXTRA_PACKAGES: tuple[str, ...] = (
     "triton",
     "oneccl_bindings_for_pytorch",
     "intel_extension_for_deepspeed",
-    "libcst",
 )
 
 #: Environment variables that steer anyaccel besides ``ANYACCEL_*`` and visible-devices ones.
