@@ -109,9 +109,7 @@ class Accelerator(abc.ABC):
 
     def device(self, device_index: int | None = None) -> torch.device:
         """A ``torch.device`` of this type, for ``device_index`` or the type alone."""
-        if device_index is None:
-            return torch.device(self._name)
-        return torch.device(self._name, device_index)
+        return torch.device(self.device_name(device_index))
 
     @abc.abstractmethod
     def set_device(self, device_index: int) -> None:
@@ -394,7 +392,7 @@ class Accelerator(abc.ABC):
 
     def on_accelerator(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` lives on a device of this type."""
-        return bool(tensor.device.type == self._name)
+        return bool(tensor.device.type == self.device_name().partition(":")[0])
 
     # ------------------------------------------------------------------ profiling & misc
     def range_push(self, msg: str, domain: str | None = None, category: str | None = None) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -26,11 +27,15 @@ from anyaccel.errors import (
     UnknownAcceleratorError,
 )
 from anyaccel.forksafe import ForkSafeLock
+from anyaccel.guard import probe_timeout, refuse_reentry, run_guarded
 from anyaccel.probe import (
+    ALLOW_ENV,
     FORCE_ENV,
     BackendCandidate,
     Decision,
     HowChosen,
+    PluginState,
+    PluginStatus,
     ProbeKind,
     ProbeOutcome,
     forced_name,
@@ -70,6 +75,7 @@ __all__ = [
 
 logger = logging.getLogger("anyaccel.detection")
 
+
 # Old private names, kept for code that reached for them.
 _BUILTIN_CANDIDATES = BUILTIN_CANDIDATES
 _missing_members = missing_members
@@ -104,6 +110,8 @@ class DetectionReport:
     """The value of ``DS_ACCELERATOR`` when it decided the choice."""
     probes: tuple[ProbeRecord, ...] = field(default_factory=tuple)
     seconds: float = 0.0
+    plugins: tuple[PluginStatus, ...] = field(default_factory=tuple)
+    """What became of every installed plugin (empty when none was looked for)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data, for JSON."""
@@ -131,7 +139,23 @@ class DetectionReport:
                     f"  {p.candidate:<{width}}  {p.seconds * 1000:7.2f}  {p.kind}: {p.reason}"
                 )
                 lines.append(f"  {'':<{width}}           -> {p.decision}")
+        if self.plugins:
+            lines.append("")
+            lines.append("plugins:")
+            for plugin in self.plugins:
+                lines.append(
+                    f"  {plugin.name} ({plugin.distribution}, {plugin.value}): {plugin.state}"
+                    + (f": {plugin.detail}" if plugin.detail else "")
+                )
         return "\n".join(lines)
+
+
+def _plugin_rows(looked_for: bool) -> tuple[PluginStatus, ...]:
+    plugins = sys.modules.get("anyaccel.plugins")
+    if not looked_for or plugins is None:
+        return ()
+    rows: tuple[PluginStatus, ...] = plugins.plugin_statuses()
+    return rows
 
 
 def _resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
@@ -144,23 +168,85 @@ def _resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
 
 
 # ---------------------------------------------------------------------- the cascade
-def _probe(candidate: BackendCandidate) -> tuple[ProbeOutcome, float]:
-    start = time.perf_counter()
-    try:
-        outcome = _resolve(candidate.probe)()
-        if not isinstance(outcome, ProbeOutcome):
-            raise TypeError(f"probe returned {type(outcome).__name__}, not ProbeOutcome")
-    except Exception as error:  # a probe must never take detection down
-        outcome = ProbeOutcome.broken(
-            f"probe raised {type(error).__name__}: {error}",
-            f"Report this to whoever provides the {candidate.name!r} backend ({candidate.origin}).",
+def _what(candidate: BackendCandidate, step: str) -> str:
+    """Who runs ``step`` (``probe``/``constructor``), as the guard and errors name it."""
+    if candidate.is_builtin:
+        return f"the {candidate.path} {step}"
+    return f"plugin {candidate.name!r} ({candidate.origin}) {step}"
+
+
+def _checked_outcome(candidate: BackendCandidate) -> ProbeOutcome:
+    outcome = _resolve(candidate.probe)()
+    if not isinstance(outcome, ProbeOutcome):
+        raise TypeError(f"probe returned {type(outcome).__name__}, not ProbeOutcome")
+    return outcome
+
+
+def _remedy(candidate: BackendCandidate) -> str:
+    if candidate.is_builtin:
+        return (
+            f"Check the {candidate.name!r} runtime installation; `anyaccel report` shows the trace."
         )
-    return outcome, time.perf_counter() - start
+    return (
+        f"Report this to the maintainers of {candidate.origin}, upgrade or uninstall it, or "
+        f"leave it out of {ALLOW_ENV}."
+    )
 
 
-def _instantiate(candidate: BackendCandidate) -> Accelerator:
-    accelerator = _resolve(candidate.accelerator)()
-    return _validated(accelerator, check_signatures=not candidate.is_builtin)
+def _plugin_failed(candidate: BackendCandidate, state: PluginState, detail: str) -> None:
+    """Warn about a plugin passed over in detection, and record it in its status row."""
+    from anyaccel.plugins import PluginWarning, mark_failed
+
+    mark_failed(candidate.name, candidate.origin, state, detail)
+    warnings.warn(f"{detail}; passing over it", PluginWarning, stacklevel=5)
+
+
+def _probe(candidate: BackendCandidate, timeout: float | None) -> tuple[ProbeOutcome, float]:
+    """Run the candidate's probe behind the guard: whatever it does, an outcome comes back."""
+    result = run_guarded(_what(candidate, "probe"), lambda: _checked_outcome(candidate), timeout)
+    if result.ok and result.value is not None:
+        return result.value, result.seconds
+    problem = f"{_what(candidate, 'probe')} {result.problem()}"
+    if not candidate.is_builtin:
+        _plugin_failed(candidate, PluginState.BROKEN, problem)
+    return ProbeOutcome.broken(problem, _remedy(candidate)), result.seconds
+
+
+def _constructed(candidate: BackendCandidate) -> Accelerator:
+    accelerator = _validated(
+        _resolve(candidate.accelerator)(), check_signatures=not candidate.is_builtin
+    )
+    if not candidate.is_builtin:
+        from anyaccel.plugins import claimed_builtin_name, name_claim_message
+
+        claim = claimed_builtin_name(accelerator, builtin_names())
+        if claim is not None:
+            raise _NameClaimed(name_claim_message(candidate.name, candidate.origin, claim))
+    return accelerator
+
+
+class _NameClaimed(AcceleratorError):
+    """A plugin's accelerator reports a built-in backend's name."""
+
+
+def _instantiate(
+    candidate: BackendCandidate, found: ProbeOutcome, timeout: float | None
+) -> Accelerator | ProbeOutcome:
+    """The accelerator, or the ``broken`` outcome saying why it could not be made."""
+    what = _what(candidate, "constructor")
+    result = run_guarded(what, lambda: _constructed(candidate), timeout)
+    if result.ok and result.value is not None:
+        return result.value
+    if isinstance(result.error, _NameClaimed) and not result.reentered:
+        detail = str(result.error)
+        _plugin_failed(candidate, PluginState.REJECTED, detail)
+        return ProbeOutcome.broken(f"rejected: {detail}", _remedy(candidate))
+    problem = result.problem()
+    if not candidate.is_builtin:
+        _plugin_failed(candidate, PluginState.BROKEN, f"{what} {problem}")
+    return ProbeOutcome.broken(
+        f"{found.reason}, but creating the accelerator {problem}", _remedy(candidate)
+    )
 
 
 def _record(
@@ -198,16 +284,21 @@ def detect_accelerator(*, probe_all: bool = False) -> tuple[Accelerator, Detecti
 
     This does not touch the cached choice; ``get_accelerator`` does. With ``probe_all``, the
     candidates after the chosen one are probed too, so the trace shows everything present.
+    Raises as :func:`get_accelerator` does, and ``InvalidSettingError`` for a bad
+    ``ANYACCEL_PROBE_TIMEOUT``.
     """
+    refuse_reentry("detect_accelerator")
     start = time.perf_counter()
     forced = forced_name()
     # A built-in name forced: no plugin is discovered, imported or probed.
-    candidates = registered_backends(include_plugins=forced not in builtin_names())
+    include_plugins = forced not in builtin_names()
+    candidates = registered_backends(include_plugins=include_plugins)
     if forced is not None:
         candidates = tuple(c for c in candidates if c.name == forced)
         if not candidates:
             raise UnknownAcceleratorError(forced, list(SUPPORTED_ACCELERATOR_LIST), FORCE_ENV)
 
+    timeout = probe_timeout()
     records: list[ProbeRecord] = []
     chosen: Accelerator | None = None
     chosen_candidate: BackendCandidate | None = None
@@ -216,7 +307,7 @@ def detect_accelerator(*, probe_all: bool = False) -> tuple[Accelerator, Detecti
         if chosen is not None and not probe_all:
             records.append(_not_probed(candidate))
             continue
-        outcome, seconds = _probe(candidate)
+        outcome, seconds = _probe(candidate, timeout)
         if not outcome.available:
             failures.append((candidate, outcome))
             records.append(_record(candidate, outcome, seconds, Decision.PASSED_OVER))
@@ -224,18 +315,12 @@ def detect_accelerator(*, probe_all: bool = False) -> tuple[Accelerator, Detecti
         if chosen is not None:
             records.append(_record(candidate, outcome, seconds, Decision.LOWER_PRIORITY))
             continue
-        try:
-            chosen = _instantiate(candidate)
-        except Exception as error:
-            outcome = ProbeOutcome.broken(
-                f"{outcome.reason}, but creating the accelerator raised "
-                f"{type(error).__name__}: {error}",
-                f"Check the {candidate.name!r} runtime installation.",
-            )
-            failures.append((candidate, outcome))
-            records.append(_record(candidate, outcome, seconds, Decision.PASSED_OVER))
+        made = _instantiate(candidate, outcome, timeout)
+        if isinstance(made, ProbeOutcome):
+            failures.append((candidate, made))
+            records.append(_record(candidate, made, seconds, Decision.PASSED_OVER))
             continue
-        chosen_candidate = candidate
+        chosen, chosen_candidate = made, candidate
         records.append(_record(candidate, outcome, seconds, Decision.SELECTED))
 
     elapsed = time.perf_counter() - start
@@ -267,6 +352,7 @@ def detect_accelerator(*, probe_all: bool = False) -> tuple[Accelerator, Detecti
         forced_name=forced,
         probes=tuple(records),
         seconds=elapsed,
+        plugins=_plugin_rows(include_plugins),
     )
     logger.debug("selected accelerator %r in %.3f ms", chosen._name, elapsed * 1000)
     return chosen, report
@@ -277,7 +363,7 @@ def detect_accelerator(*, probe_all: bool = False) -> tuple[Accelerator, Detecti
 _choice: tuple[Accelerator, DetectionReport] | None = None
 #: The accelerator alone, for ``get_accelerator``'s one-read fast path.
 _accelerator: Accelerator | None = None
-_lock = ForkSafeLock()
+_lock = ForkSafeLock()  # a child forked mid-detection gets it unheld and detects on its own
 
 
 def get_accelerator() -> Accelerator:
@@ -285,14 +371,19 @@ def get_accelerator() -> Accelerator:
 
     Raises :class:`~anyaccel.errors.UnknownAcceleratorError` if ``DS_ACCELERATOR`` names no
     registered backend and :class:`~anyaccel.errors.AcceleratorUnavailableError` if the one
-    it names cannot run here (a failed detection is not cached). Warns
-    :class:`~anyaccel.errors.CpuFallbackWarning` when detection falls back to the CPU.
+    it names cannot run here (a failed detection is not cached);
+    :class:`~anyaccel.errors.ReentrantDetectionError` when called from code that runs inside
+    detection (a plugin's import, probe or constructor). Warns
+    :class:`~anyaccel.errors.CpuFallbackWarning` when detection falls back to the CPU and
+    ``anyaccel.plugins.PluginWarning`` for each plugin passed over. Safe from any thread:
+    threads that ask while another detects wait for it and get the same object.
     """
-    return _accelerator or _detect_once()[0]  # one global read once detected
+    return _accelerator or _detect_once("get_accelerator")[0]  # one global read once detected
 
 
-def _detect_once() -> tuple[Accelerator, DetectionReport]:
+def _detect_once(api: str) -> tuple[Accelerator, DetectionReport]:
     global _accelerator, _choice
+    refuse_reentry(api)  # from a plugin's probe, waiting for the lock would deadlock
     with _lock:
         choice = _choice
         if choice is None:
@@ -323,6 +414,7 @@ def set_accelerator(accel_obj: object) -> None:
     contract member that is missing or not callable as the ABC declares it.
     """
     global _accelerator, _choice
+    refuse_reentry("set_accelerator")
     accelerator = _validated(accel_obj)
     report = DetectionReport(
         accelerator=accelerator._name,
@@ -338,6 +430,7 @@ def set_accelerator(accel_obj: object) -> None:
 def reset_accelerator() -> None:
     """Forget the cached accelerator so the next ``get_accelerator`` detects again (for tests)."""
     global _accelerator, _choice
+    refuse_reentry("reset_accelerator")
     with _lock:
         _accelerator = None
         _choice = None
@@ -347,7 +440,7 @@ def reset_accelerator() -> None:
 def detection_report() -> DetectionReport:
     """How the current accelerator was chosen (detecting it first if nothing has yet)."""
     choice = _choice
-    return choice[1] if choice is not None else _detect_once()[1]
+    return choice[1] if choice is not None else _detect_once("detection_report")[1]
 
 
 def is_current_accelerator_supported() -> bool:

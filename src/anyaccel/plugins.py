@@ -6,10 +6,13 @@ and a ``probe()`` static method returning a :class:`~anyaccel.probe.ProbeOutcome
 Plugins load lazily, the first time the registry is read, never at ``import anyaccel``.
 
 Rules: ``ANYACCEL_PLUGINS`` (comma-separated entry-point or distribution names; empty or
-``none`` for no plugins) restricts which plugins load. A plugin that fails to import, or
-whose probe raises, is passed over with a :class:`PluginWarning` and a ``broken`` row in
-the detection trace. Built-in names are reserved: a plugin claiming one is rejected. Two
-distributions claiming one name are both rejected until ``ANYACCEL_PLUGINS`` picks one.
+``none`` for no plugins) restricts which plugins load. Plugin code (its import here, its probe
+and constructor in detection) runs behind :mod:`anyaccel.guard`: a plugin that raises
+anything (``SystemExit`` included), overruns ``ANYACCEL_PROBE_TIMEOUT`` or asks for the
+accelerator while detection runs is passed over with a :class:`PluginWarning` and a
+``broken`` row in the detection trace. Built-in names are reserved: a plugin whose entry
+point, ``_name`` or ``device_name()`` claims one is rejected. Two distributions claiming one
+name are both rejected until ``ANYACCEL_PLUGINS`` picks one.
 """
 
 from __future__ import annotations
@@ -22,12 +25,18 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from anyaccel.abstract import Accelerator
 from anyaccel.errors import AcceleratorError
-from anyaccel.probe import BackendCandidate, PluginState, ProbeOutcome
+from anyaccel.guard import probe_timeout, run_guarded
+from anyaccel.probe import (
+    ALLOW_ENV,
+    BackendCandidate,
+    PluginState,
+    PluginStatus,
+    ProbeOutcome,
+)
 
 __all__ = [
     "ALLOW_ENV",
@@ -37,6 +46,7 @@ __all__ = [
     "PluginStatus",
     "PluginWarning",
     "UnknownPriorityTargetError",
+    "claimed_builtin_name",
     "default_probe",
     "late_candidates",
     "load_plugins",
@@ -49,8 +59,6 @@ logger = logging.getLogger("anyaccel.plugins")
 
 #: The entry-point group vendor packages register their accelerator classes in.
 ENTRY_POINT_GROUP = "anyaccel.accelerators"
-#: The environment variable restricting which plugins load.
-ALLOW_ENV = "ANYACCEL_PLUGINS"
 #: Where a plugin that declares no ``detection_priority`` joins the cascade.
 DEFAULT_PRIORITY = "before:cuda"
 
@@ -69,24 +77,39 @@ class PluginWarning(UserWarning):
     """A plugin was skipped or its probe failed; detection goes on without it."""
 
 
-@dataclass(frozen=True)
-class PluginStatus:
-    """What became of one discovered entry point."""
-
-    name: str
-    value: str
-    distribution: str
-    state: PluginState
-    """``"loaded"``, ``"broken"``, ``"rejected"`` or ``"not allowed"``."""
-    detail: str = ""
-
-
 _statuses: list[PluginStatus] = []
 
 
 def plugin_statuses() -> tuple[PluginStatus, ...]:
-    """What the last :func:`load_plugins` did with each entry point it found."""
+    """What became of each entry point :func:`load_plugins` found (detection updates it)."""
     return tuple(_statuses)
+
+
+def clear_statuses() -> None:
+    """Forget what was found (the registry calls this when it forgets plugins)."""
+    _statuses.clear()
+
+
+def mark_failed(name: str, distribution: str, state: PluginState, detail: str) -> None:
+    """Record that a loaded plugin failed later (its probe or constructor), replacing its row."""
+    for index, status in enumerate(_statuses):
+        if (status.name, status.distribution) == (name, distribution):
+            _statuses[index] = PluginStatus(name, status.value, distribution, state, detail)
+
+
+def claimed_builtin_name(accelerator: Any, builtin: frozenset[str]) -> str | None:
+    """The built-in backend name ``accelerator`` reports as its own, or ``None``.
+
+    ``_name`` may be none of them; ``device_name()`` may be ``'cpu'`` (the host, which every
+    process has, so a plugin computing on it claims nothing false) but no accelerator's.
+    """
+    name = getattr(accelerator, "_name", None)
+    if isinstance(name, str) and name.strip().lower() in builtin:
+        return f"_name {name!r}"
+    device = str(accelerator.device_name()).partition(":")[0].strip().lower()
+    if device in builtin and device != "cpu":
+        return f"device_name() {device!r}"
+    return None
 
 
 # ---------------------------------------------------------------------- priority
@@ -138,25 +161,13 @@ def default_probe(accelerator_class: type[Any]) -> ProbeOutcome:
     return ProbeOutcome.found(f"{count} device(s) (is_available() is True)", count)
 
 
-def _guarded_probe(name: str, distribution: str, probe: Callable[[], Any]) -> ProbeOutcome:
-    """Run a plugin's probe; if it raises, warn and report the plugin as broken."""
-    try:
-        outcome = probe()
-    except Exception as error:
-        message = f"plugin {name!r} ({distribution}): probe raised {type(error).__name__}: {error}"
-        warnings.warn(message + "; passing over it", PluginWarning, stacklevel=2)
-        return ProbeOutcome.broken(message, f"Report this to the maintainers of {distribution}.")
-    if not isinstance(outcome, ProbeOutcome):
-        message = f"plugin {name!r} ({distribution}): probe returned {type(outcome).__name__}"
-        warnings.warn(message + ", not ProbeOutcome; passing over it", PluginWarning, stacklevel=2)
-        return ProbeOutcome.broken(message, f"Report this to the maintainers of {distribution}.")
-    return outcome
-
-
-def _probe_for(name: str, distribution: str, cls: type[Any]) -> Callable[[], ProbeOutcome]:
+def _probe_for(cls: type[Any]) -> Callable[[], ProbeOutcome]:
+    """The class's own ``probe``, or :func:`default_probe` (detection runs it guarded)."""
     declared = getattr(cls, "probe", None)
-    probe: Callable[[], Any] = declared if callable(declared) else (lambda: default_probe(cls))
-    return lambda: _guarded_probe(name, distribution, probe)
+    if callable(declared):
+        probe: Callable[[], ProbeOutcome] = declared
+        return probe
+    return lambda: default_probe(cls)
 
 
 def _broken_probe(reason: str, remedy: str) -> Callable[[], ProbeOutcome]:
@@ -269,6 +280,12 @@ def plugin_candidates(
             continue
         try:
             candidate = _load(ep, distribution, existing)
+        except _NameClaim as claim:
+            detail = name_claim_message(ep.name, distribution, str(claim))
+            status(PluginState.REJECTED, detail)
+            warnings.warn(detail, PluginWarning, stacklevel=3)
+            result.append(_failed_candidate(ep.name, distribution, "rejected: " + detail, existing))
+            continue
         except Exception as error:
             detail = f"plugin {ep.name!r} ({distribution}, {ep.value}) failed to load: " + (
                 str(error) if isinstance(error, PluginError) else f"{type(error).__name__}: {error}"
@@ -325,12 +342,19 @@ def _fallback_priority(existing: Sequence[BackendCandidate]) -> int:
 def _load(
     ep: importlib.metadata.EntryPoint, distribution: str, existing: Sequence[BackendCandidate]
 ) -> BackendCandidate:
-    loaded = ep.load()
+    imported = run_guarded(f"plugin {ep.name!r} ({distribution}) import", ep.load, probe_timeout())
+    if not imported.ok:
+        raise PluginError(f"importing {ep.value} {imported.problem()}")
+    loaded = imported.value
     if not (inspect.isclass(loaded) or callable(loaded)):
         raise PluginError(
             f"{ep.value} is a {type(loaded).__name__}, not an accelerator class; "
             "point the entry point at the class, as 'package.module:Class'"
         )
+    builtin = frozenset(c.name for c in existing if c.is_builtin)
+    declared_name = inspect.getattr_static(loaded, "_name", None)
+    if isinstance(declared_name, str) and declared_name.strip().lower() in builtin:
+        raise _NameClaim(f"its class declares _name {declared_name!r}", declared_name)
     spec = getattr(loaded, "detection_priority", DEFAULT_PRIORITY)
     try:
         priority = resolve_priority(spec, existing)
@@ -345,9 +369,26 @@ def _load(
         ep.name,
         _label(ep.name, distribution),
         priority,
-        _probe_for(ep.name, distribution, loaded),
-        loaded,
+        _probe_for(loaded),
+        cast("Callable[[], Accelerator]", loaded),  # detection checks what it makes
         origin=distribution,
+    )
+
+
+class _NameClaim(PluginError):
+    """A plugin class that calls itself by a built-in backend's name."""
+
+    def __init__(self, what: str, claimed: str) -> None:
+        self.claimed = claimed
+        super().__init__(what)
+
+
+def name_claim_message(name: str, distribution: str, what: str) -> str:
+    """The warning for a plugin that reports a built-in backend's name as its own."""
+    return (
+        f"plugin {name!r} ({distribution}) claims a built-in backend's name: {what}; an "
+        "accelerator must report the name it is registered under, so it is rejected (rename "
+        "_name and the device type, or uninstall the plugin)"
     )
 
 

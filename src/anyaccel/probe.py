@@ -18,11 +18,13 @@ if TYPE_CHECKING:
     from anyaccel.abstract import Accelerator
 
 __all__ = [
+    "ALLOW_ENV",
     "FORCE_ENV",
     "BackendCandidate",
     "Decision",
     "HowChosen",
     "PluginState",
+    "PluginStatus",
     "ProbeKind",
     "ProbeOutcome",
     "forced_name",
@@ -31,6 +33,8 @@ __all__ = [
 
 #: The environment variable that forces a backend by name.
 FORCE_ENV = "DS_ACCELERATOR"
+#: The environment variable restricting which plugins load.
+ALLOW_ENV = "ANYACCEL_PLUGINS"
 
 
 class _Word(str, enum.Enum):
@@ -77,6 +81,18 @@ class PluginState(_Word):
     BROKEN = "broken"
     REJECTED = "rejected"
     NOT_ALLOWED = "not allowed"
+
+
+@dataclass(frozen=True)
+class PluginStatus:
+    """What became of one discovered plugin entry point, and why."""
+
+    name: str
+    value: str
+    distribution: str
+    state: PluginState
+    """``"loaded"``, ``"broken"``, ``"rejected"`` or ``"not allowed"``."""
+    detail: str = ""
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ taken is refused unless ``override=True``.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -199,7 +200,10 @@ def load_plugins_once() -> None:
 def forget_plugins() -> None:
     """Drop plugin candidates so the next registry read discovers plugins again."""
     global _plugins_state
+    plugins = sys.modules.get("anyaccel.plugins")
     with _plugins_lock:
+        if plugins is not None:
+            plugins.clear_statuses()
         with _registry_lock:
             paths = {c.path for c in _plugin_candidates}
             _candidates[:] = [c for c in _candidates if c.path not in paths]

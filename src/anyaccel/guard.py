@@ -1,0 +1,168 @@
+"""One guard for code anyaccel does not control: plugin imports, probes and constructors.
+
+:func:`run_guarded` runs such code in a daemon thread and waits at most
+``ANYACCEL_PROBE_TIMEOUT`` seconds (default 10). Whatever it raises, ``SystemExit``
+included, comes back as a value; only ``KeyboardInterrupt`` goes on up. Code that overruns is
+abandoned (the thread keeps running, detection does not wait for it). Guarded code that asks
+for the accelerator while detection runs gets a :class:`~anyaccel.errors.ReentrantDetectionError`
+naming it, and the guard reports the re-entry even if that code swallowed the error.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from anyaccel.errors import InvalidSettingError, ReentrantDetectionError
+
+__all__ = [
+    "DEFAULT_PROBE_TIMEOUT",
+    "PROBE_TIMEOUT_ENV",
+    "Guarded",
+    "guarded_code_running",
+    "probe_timeout",
+    "refuse_reentry",
+    "run_guarded",
+]
+
+#: The environment variable bounding each guarded call, in seconds.
+PROBE_TIMEOUT_ENV = "ANYACCEL_PROBE_TIMEOUT"
+#: The bound when the variable is unset.
+DEFAULT_PROBE_TIMEOUT = 10.0
+
+T = TypeVar("T")
+
+
+def probe_timeout() -> float | None:
+    """Seconds each plugin import, probe or constructor may take (``None``: no limit)."""
+    value = os.environ.get(PROBE_TIMEOUT_ENV)
+    if value is None or not value.strip():
+        return DEFAULT_PROBE_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if math.isnan(seconds) or seconds <= 0:
+        raise InvalidSettingError(
+            f"{PROBE_TIMEOUT_ENV}={value!r} is not a positive number of seconds; set it to e.g. "
+            f"{DEFAULT_PROBE_TIMEOUT:g} (or 'inf' for no limit), or unset it"
+        )
+    return None if math.isinf(seconds) else seconds
+
+
+@dataclass
+class _Scope:
+    """The guarded call this context belongs to, and what it re-entered."""
+
+    label: str
+    reentered: list[str] = field(default_factory=list)
+
+
+_scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
+    "anyaccel_guarded_scope", default=None
+)
+
+
+def guarded_code_running() -> str | None:
+    """The label of the guarded code this context runs in, or ``None`` outside the guard."""
+    scope = _scope.get()
+    return scope.label if scope is not None else None
+
+
+def refuse_reentry(api: str) -> None:
+    """Raise ``ReentrantDetectionError`` if ``api`` is being called from guarded code."""
+    scope = _scope.get()
+    if scope is None:
+        return
+    scope.reentered.append(api)
+    raise ReentrantDetectionError(
+        f"{api}() was called while anyaccel detection runs, from {scope.label}. Code that "
+        "runs during detection (a plugin's import, probe or constructor) must not ask for "
+        "the accelerator: return a ProbeOutcome from the probe and call get_accelerator() "
+        "after detection, e.g. in the accelerator's methods"
+    )
+
+
+@dataclass(frozen=True)
+class Guarded(Generic[T]):
+    """What one guarded call did: its value, or what went wrong, and how long it took."""
+
+    label: str
+    value: T | None
+    error: BaseException | None
+    timed_out: bool
+    seconds: float
+    reentered: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Whether the call returned normally, in time, without re-entering detection."""
+        return self.error is None and not self.timed_out and not self.reentered
+
+    def problem(self) -> str:
+        """What went wrong, in words (empty when nothing did)."""
+        if self.timed_out:
+            return (
+                f"did not return within {self.seconds:.1f} s ({PROBE_TIMEOUT_ENV}); "
+                "abandoned, still running in a background thread"
+            )
+        if self.reentered:
+            return (
+                f"called {self.reentered[0]}() while detection runs (re-entrant detection) "
+                f"after {self.seconds * 1000:.1f} ms"
+            )
+        if self.error is not None:
+            error = self.error
+            if isinstance(error, SystemExit):
+                return f"called sys.exit({error.code!r}) after {self.seconds * 1000:.1f} ms"
+            return f"raised {type(error).__name__}: {error} after {self.seconds * 1000:.1f} ms"
+        return ""
+
+
+def run_guarded(label: str, function: Callable[[], T], timeout: float | None) -> Guarded[T]:
+    """Call ``function`` behind the guard; ``timeout`` seconds at most (``None``: no limit)."""
+    scope = _Scope(label)
+    context = contextvars.copy_context()
+    outcome: dict[str, object] = {}
+    finished = threading.Event()
+
+    def call() -> T:
+        _scope.set(scope)
+        return function()
+
+    def target() -> None:
+        try:
+            outcome["value"] = context.run(call)
+        except BaseException as error:  # contained: SystemExit and all
+            outcome["error"] = error
+        finally:
+            finished.set()
+
+    start = time.perf_counter()
+    thread = threading.Thread(target=target, name=f"anyaccel-guard {label}", daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:  # no thread can start (interpreter shutting down): run it here
+        target()
+    done = finished.wait(timeout)
+    seconds = time.perf_counter() - start
+    if not done:
+        return Guarded(label, None, None, True, seconds, tuple(scope.reentered))
+    error = outcome.get("error")
+    if isinstance(error, KeyboardInterrupt):
+        raise error
+    value = outcome.get("value")
+    return Guarded(
+        label,
+        value,  # type: ignore[arg-type]
+        error if isinstance(error, BaseException) else None,
+        False,
+        seconds,
+        tuple(scope.reentered),
+    )
