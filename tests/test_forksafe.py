@@ -86,3 +86,23 @@ def test_after_fork_hooks_run_in_the_child_only() -> None:
     answer = os.read(read, 1)
     os.waitpid(pid, 0)
     assert answer == b"1" and calls == []
+
+
+def test_every_lock_in_the_package_is_fork_safe() -> None:
+    """No bare threading.Lock/RLock: each would hang a child forked while it was held."""
+    import ast
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parents[1] / "src" / "anyaccel"
+    bare = []
+    for path in sorted(source.rglob("*.py")):
+        if path.name == "forksafe.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("Lock", "RLock")
+            ):
+                bare.append(f"{path.relative_to(source)}:{node.lineno}")
+    assert not bare, f"use anyaccel.forksafe.ForkSafeLock instead of: {', '.join(bare)}"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from types import ModuleType
@@ -23,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from anyaccel.distributed.launch import DistributedSetupError
+from anyaccel.forksafe import ForkSafeLock
 
 __all__ = [
     "CollectiveError",
@@ -68,7 +68,7 @@ class _Group:
 
 
 _groups: dict[int, tuple[object, _Group]] = {}
-_lock = threading.Lock()
+_lock = ForkSafeLock()  # renewed in a forked child
 
 
 def _node_identity() -> str:
