@@ -22,7 +22,7 @@ _PLUGIN = """
 import os, sys, threading, time
 import anyaccel
 from anyaccel.backends.cpu import CpuAccelerator
-from anyaccel.probe import ProbeOutcome
+from anyaccel.detection import ProbeOutcome  # the old spelling, so old code can run it too
 
 IN_PROBE = threading.Event()
 

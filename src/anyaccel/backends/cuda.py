@@ -14,11 +14,15 @@ from typing import Any
 
 import torch
 
-from anyaccel.backends.runtime_probe import visibility_note
+from anyaccel.backends.runtime_probe import RuntimeCheck, count_devices, visibility_note
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.probe import ProbeOutcome, package_installed
 
 __all__ = ["CudaAccelerator", "probe"]
+
+#: How users check the runtime when it fails: NVIDIA's and AMD's own status tools.
+RUNTIME_CHECK = RuntimeCheck("`nvidia-smi` lists the GPUs", "the NVIDIA driver and CUDA runtime")
+ROCM_RUNTIME_CHECK = RuntimeCheck("`rocm-smi` lists the GPUs", "the AMD GPU driver and ROCm")
 
 _INSTALL_HINT = (
     "Install a CUDA (or ROCm) build of PyTorch that matches your driver, "
@@ -35,7 +39,10 @@ def probe() -> ProbeOutcome:
             f"torch {version} is a CPU-only build (no CUDA or ROCm support compiled in)",
             _INSTALL_HINT + ".",
         )
-    count = torch.cuda.device_count()
+    check = ROCM_RUNTIME_CHECK if torch.version.hip else RUNTIME_CHECK
+    count = count_devices(torch.cuda.device_count, "torch.cuda", "torch", check)
+    if isinstance(count, ProbeOutcome):
+        return count
     if count <= 0:
         where = visibility_note("CUDA_VISIBLE_DEVICES")
         runtime = torch.version.hip or torch.version.cuda

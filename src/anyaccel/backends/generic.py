@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from anyaccel.backends.runtime_probe import RuntimeCheck, count_devices
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.errors import AcceleratorUnavailableError, UnsupportedFeatureError
 from anyaccel.probe import BackendCandidate, ProbeOutcome
@@ -28,6 +29,12 @@ GENERIC_PRIORITY = 950
 _REMEDY = (
     "Install and import the vendor's PyTorch extension (it registers its device with torch), "
     "or choose a backend with DS_ACCELERATOR."
+)
+
+
+#: A device anyaccel has no file for: only the vendor knows its status tool.
+_CHECK = RuntimeCheck(
+    "the vendor's own status tool lists the devices", "the vendor's driver and PyTorch extension"
 )
 
 
@@ -73,7 +80,9 @@ def probe() -> ProbeOutcome:
             f"The extension providing {device_type!r} should call "
             f"torch._register_device_module({device_type!r}, module).",
         )
-    count = int(module.device_count())
+    count = count_devices(module.device_count, f"torch.{device_type}", "its extension", _CHECK)
+    if isinstance(count, ProbeOutcome):
+        return count
     if count <= 0:
         return ProbeOutcome.no_device(
             f"torch.{device_type}.device_count() is 0 ({how})",

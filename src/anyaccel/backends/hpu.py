@@ -23,9 +23,14 @@ from typing import Any
 
 import torch
 
-from anyaccel.backends.runtime_probe import import_runtime, probe_device_runtime
+from anyaccel.backends.runtime_probe import RuntimeCheck, import_runtime, probe_device_runtime
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.probe import ProbeOutcome
+
+#: How users check the runtime when it fails (the vendor's own status tool).
+RUNTIME_CHECK = RuntimeCheck(
+    "`hl-smi` lists the Gaudi devices", "the Intel Gaudi driver and software stack"
+)
 
 __all__ = ["LAZY_MODE_DEFAULTS", "HpuAccelerator", "probe"]
 
@@ -52,6 +57,7 @@ def probe() -> ProbeOutcome:
             "Install the Intel Gaudi software stack and its PyTorch packages "
             "(habana_frameworks), e.g. from Intel's Gaudi Docker images."
         ),
+        check=RUNTIME_CHECK,
         visible_env=_MODULES_ENV,
     )
 

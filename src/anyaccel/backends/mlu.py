@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import torch
 
-from anyaccel.backends.runtime_probe import probe_device_runtime
+from anyaccel.backends.runtime_probe import RuntimeCheck, probe_device_runtime
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.probe import ProbeOutcome, package_installed
+
+#: How users check the runtime when it fails (the vendor's own status tool).
+RUNTIME_CHECK = RuntimeCheck(
+    "`cnmon` lists the MLUs", "the Cambricon driver and Neuware (CNToolkit)"
+)
 
 __all__ = ["MluAccelerator", "probe"]
 
@@ -24,6 +29,7 @@ def probe() -> ProbeOutcome:
         device_module=lambda _package: getattr(torch, "mlu", None),
         vendor="Cambricon MLU",
         install_hint="Install Cambricon Neuware and the torch_mlu wheel matching torch.",
+        check=RUNTIME_CHECK,
         visible_env="MLU_VISIBLE_DEVICES",
     )
 

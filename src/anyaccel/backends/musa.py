@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import torch
 
-from anyaccel.backends.runtime_probe import probe_device_runtime
+from anyaccel.backends.runtime_probe import RuntimeCheck, probe_device_runtime
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.probe import ProbeOutcome
+
+#: How users check the runtime when it fails (the vendor's own status tool).
+RUNTIME_CHECK = RuntimeCheck(
+    "`mthreads-gmi` lists the GPUs", "the Moore Threads driver and MUSA toolkit"
+)
 
 __all__ = ["MusaAccelerator", "probe"]
 
@@ -25,6 +30,7 @@ def probe() -> ProbeOutcome:
         device_module=lambda _package: getattr(torch, "musa", None),
         vendor="Moore Threads MUSA",
         install_hint="Install the MUSA toolkit and the torch_musa wheel matching torch.",
+        check=RUNTIME_CHECK,
         visible_env="MUSA_VISIBLE_DEVICES",
     )
 

@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import torch
 
-from anyaccel.backends.runtime_probe import probe_device_runtime
+from anyaccel.backends.runtime_probe import RuntimeCheck, probe_device_runtime
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.probe import ProbeOutcome
+
+#: How users check the runtime when it fails (the vendor's own status tool).
+RUNTIME_CHECK = RuntimeCheck(
+    "`npu-smi info` lists the NPUs", "the Ascend NPU driver and the CANN toolkit"
+)
 
 __all__ = ["NpuAccelerator", "probe"]
 
@@ -54,6 +59,7 @@ def probe() -> ProbeOutcome:
             f"pip install torch-npu=={torch.__version__.split('+')[0]} "
             "(and install the Ascend CANN toolkit)."
         ),
+        check=RUNTIME_CHECK,
         visible_env="ASCEND_RT_VISIBLE_DEVICES",
         diagnose=_diagnose,
     )

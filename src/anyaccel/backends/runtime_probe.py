@@ -15,12 +15,19 @@ import io
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from anyaccel.probe import ProbeOutcome, package_installed
 
-__all__ = ["RuntimeImportError", "import_runtime", "probe_device_runtime"]
+__all__ = [
+    "RuntimeCheck",
+    "RuntimeImportError",
+    "count_devices",
+    "import_runtime",
+    "probe_device_runtime",
+]
 
 #: The switch for torch's out-of-tree backend autoload (torch >= 2.5).
 AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
@@ -31,6 +38,36 @@ Diagnosis = Callable[[str], "tuple[str, str] | None"]
 
 class RuntimeImportError(ImportError):
     """A vendor runtime package is installed but importing it failed (or exited)."""
+
+
+@dataclass(frozen=True)
+class RuntimeCheck:
+    """How a user checks a vendor's runtime when it fails: its status command and its stack."""
+
+    status: str
+    """The vendor's own status check, e.g. "`npu-smi info` lists the NPUs"."""
+    stack: str
+    """What must match for the runtime to work, e.g. "the Ascend driver and CANN toolkit"."""
+
+    def remedy(self, package: str) -> str:
+        """What to do when ``package``'s runtime raises: the vendor's check, not anyaccel's."""
+        return (
+            f"The vendor runtime itself failed (not anyaccel): check that {self.status}, and "
+            f"that {self.stack} are installed and match the {package} release."
+        )
+
+
+def count_devices(
+    device_count: Callable[[], Any], what: str, package: str, check: RuntimeCheck
+) -> int | ProbeOutcome:
+    """``device_count()`` as an int, or a ``broken`` outcome quoting the runtime's exception."""
+    try:
+        return int(device_count())
+    except Exception as error:  # the vendor's runtime failed: say so, and how to check it
+        return ProbeOutcome.broken(
+            f"{what}.device_count() raised {type(error).__name__}: {error}",
+            check.remedy(package),
+        )
 
 
 def _top_level(package: str) -> str:
@@ -97,13 +134,15 @@ def probe_device_runtime(
     device_module: Callable[[ModuleType], Any],
     vendor: str,
     install_hint: str,
+    check: RuntimeCheck,
     visible_env: str | None = None,
     diagnose: Diagnosis | None = None,
 ) -> ProbeOutcome:
     """Find ``package`` without importing it, import it safely, then count devices.
 
     ``device_module`` maps the imported package to its ``torch.cuda``-shaped module (only
-    ``device_count()`` is called, which no vendor runtime makes create a device context).
+    ``device_count()`` is called, which no vendor runtime makes create a device context). If
+    that raises, the outcome quotes the runtime's exception and ``check``'s remedy.
     """
     if not package_installed(_top_level(package)):
         return ProbeOutcome.not_installed(f"{_top_level(package)} is not installed", install_hint)
@@ -127,7 +166,9 @@ def probe_device_runtime(
             f"{package} imported but provides no device module",
             f"Install a {package} release that matches torch {_torch_version()}.",
         )
-    count = int(module.device_count())
+    count = count_devices(module.device_count, f"{package} device module", package, check)
+    if isinstance(count, ProbeOutcome):
+        return count
     if count <= 0:
         where = visibility_note(visible_env) if visible_env is not None else ""
         return ProbeOutcome.no_device(

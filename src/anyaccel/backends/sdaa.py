@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import torch
 
-from anyaccel.backends.runtime_probe import probe_device_runtime
+from anyaccel.backends.runtime_probe import RuntimeCheck, probe_device_runtime
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.probe import ProbeOutcome
+
+#: How users check the runtime when it fails (the vendor's own status tool).
+RUNTIME_CHECK = RuntimeCheck(
+    "`teco-smi` lists the SDAA devices", "the Tecorigin SDAA driver and runtime"
+)
 
 __all__ = ["SdaaAccelerator", "probe"]
 
@@ -23,6 +28,7 @@ def probe() -> ProbeOutcome:
         device_module=lambda _package: getattr(torch, "sdaa", None),
         vendor="Tecorigin SDAA",
         install_hint="Install Tecorigin's SDAA driver, runtime and the torch_sdaa wheel.",
+        check=RUNTIME_CHECK,
         visible_env="SDAA_VISIBLE_DEVICES",
     )
 

@@ -14,9 +14,12 @@ from typing import Any
 
 import torch
 
-from anyaccel.backends.runtime_probe import probe_device_runtime
+from anyaccel.backends.runtime_probe import RuntimeCheck, probe_device_runtime
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.probe import ProbeOutcome, package_installed
+
+#: How users check the runtime when it fails (the vendor's own status tool).
+RUNTIME_CHECK = RuntimeCheck("Biren's BR-SMI tool lists the GPUs", "the BIRENSUPA driver and SDK")
 
 __all__ = ["SupaAccelerator", "probe"]
 
@@ -28,6 +31,7 @@ def probe() -> ProbeOutcome:
         device_module=lambda _package: getattr(torch, "supa", None),
         vendor="Biren SUPA",
         install_hint="Install Biren's BIRENSUPA driver and the torch_supa wheel matching torch.",
+        check=RUNTIME_CHECK,
         visible_env="SUPA_VISIBLE_DEVICES",
     )
 

@@ -22,6 +22,8 @@ import torch
 
 from anyaccel.backends.cpu import ccl_backend_available
 from anyaccel.backends.runtime_probe import (
+    RuntimeCheck,
+    count_devices,
     import_runtime,
     probe_device_runtime,
     visibility_note,
@@ -41,6 +43,11 @@ __all__ = [
 #: The first torch release whose native ``torch.xpu`` anyaccel accepts (``xccl`` arrived here).
 NATIVE_MIN_TORCH = (2, 8)
 
+#: How users check the runtime when it fails (Intel's own status tool).
+RUNTIME_CHECK = RuntimeCheck(
+    "`xpu-smi discovery` lists the GPUs", "the Intel GPU driver (Level Zero) and oneAPI runtime"
+)
+
 _EXTERNAL_PACKAGE = "intel_extension_for_deepspeed"
 _IPEX_PACKAGE = "intel_extension_for_pytorch"
 
@@ -56,6 +63,7 @@ def probe_external() -> ProbeOutcome:
         device_module=_xpu_module,
         vendor="Intel XPU",
         install_hint="pip install intel-extension-for-deepspeed (with IPEX and oneCCL bindings).",
+        check=RUNTIME_CHECK,
         visible_env="ZE_AFFINITY_MASK",
     )
     if outcome.available and not hasattr(import_runtime(_EXTERNAL_PACKAGE), "XPU_Accelerator"):
@@ -83,6 +91,7 @@ def probe_ipex() -> ProbeOutcome:
             "pip install intel-extension-for-pytorch (or use torch >= 2.8 with native XPU "
             "support: pip install torch --index-url https://download.pytorch.org/whl/xpu)."
         ),
+        check=RUNTIME_CHECK,
         visible_env="ZE_AFFINITY_MASK",
     )
 
@@ -117,7 +126,9 @@ def probe_native() -> ProbeOutcome:
         return ProbeOutcome.not_installed(
             f"torch {torch.__version__} was built without XPU support", install + "."
         )
-    count = int(module.device_count())
+    count = count_devices(module.device_count, "torch.xpu", "torch", RUNTIME_CHECK)
+    if isinstance(count, ProbeOutcome):
+        return count
     if count <= 0:
         where = visibility_note("ZE_AFFINITY_MASK")
         return ProbeOutcome.no_device(
