@@ -59,9 +59,10 @@ BUILTIN_CANDIDATES: tuple[BackendCandidate, ...] = (
     _builtin("mps", "mps (torch.backends.mps)", 600, "mps", "MpsAccelerator"),
     _builtin("hpu", "hpu (habana_frameworks)", 700, "hpu", "HpuAccelerator"),
     _builtin("mlu", "mlu (torch_mlu)", 800, "mlu", "MluAccelerator"),
-    # supa and musa answer through torch.cuda too, so they must be probed before cuda.
+    # supa, musa and klxpu answer through torch.cuda too, so they must be probed before cuda.
     _builtin("supa", "supa (torch_supa)", 850, "supa", "SupaAccelerator"),
     _builtin("musa", "musa (torch_musa)", 870, "musa", "MusaAccelerator"),
+    _builtin("klxpu", "klxpu (torch_xmlir)", 880, "klxpu", "KlxpuAccelerator"),
     _builtin("cuda", "cuda (torch CUDA/ROCm build)", 900, "cuda", "CudaAccelerator"),
     _builtin("generic", "generic (torch.accelerator)", 950, "generic", "GenericAccelerator"),
     _builtin("cpu", "cpu (fallback)", 10_000, "cpu", "CpuAccelerator"),

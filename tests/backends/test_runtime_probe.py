@@ -26,6 +26,7 @@ RUNTIMES: list[tuple[str, Callable[[], Any], str, str]] = [
     ("sdaa", simulated.simulate_sdaa, "`teco-smi`", "Tecorigin SDAA driver"),
     ("supa", simulated.simulate_supa, "BR-SMI", "BIRENSUPA driver"),
     ("musa", simulated.simulate_musa, "`mthreads-gmi`", "MUSA toolkit"),
+    ("klxpu", simulated.simulate_klxpu, "`xpu_smi`", "Kunlunxin XPU driver"),
 ]
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "simulate_cpu_only_torch",
     "simulate_cuda",
     "simulate_hpu",
+    "simulate_klxpu",
     "simulate_mlu",
     "simulate_mps",
     "simulate_musa",
@@ -1248,3 +1249,28 @@ def simulate_musa(
         profiler_name=None,
         cuda_compat=cuda_compat,
     )
+
+
+# ---------------------------------------------------------------------- klxpu (torch_xmlir)
+@contextlib.contextmanager
+def simulate_klxpu(
+    device_count: int = 1, *, total_memory: int = 96 * 1024**3
+) -> Iterator[SimulatedDeviceModule]:
+    """torch_xmlir with Kunlunxin XPUs: like the real package, it drives them as ``torch.cuda``."""
+    module = SimulatedDeviceModule(
+        "torch.cuda",
+        device_type="cuda",
+        device_count=device_count,
+        total_memory=total_memory,
+        device_name="Simulated Kunlunxin P800",
+        host_register=None,
+    )
+    package = _package_module("torch_xmlir", __version__="2.0.1")
+    with _simulate_runtime(
+        module,
+        {"torch_xmlir": package},
+        (torch.backends.cuda, "is_built", lambda: True),
+        (torch.version, "cuda", "11.7"),
+        (torch.version, "hip", None),
+    ):
+        yield module
