@@ -204,13 +204,14 @@ def test_forcing_a_builtin_runs_no_plugin_code(site: Path) -> None:
 
 
 # ---------------------------------------------------------------- containment
-@pytest.mark.parametrize("where", ["import", "probe", "constructor"])
 @pytest.mark.parametrize(
-    ("fault", "said"),
+    ("where", "fault", "said"),
     [
-        ("sys.exit(3)", "called sys.exit(3)"),
-        ("raise SystemExit('bye')", "called sys.exit('bye')"),
-        ("raise GeneratorExit('odd')", "raised GeneratorExit: odd"),
+        ("import", "sys.exit(3)", "called sys.exit(3)"),
+        ("probe", "sys.exit(3)", "called sys.exit(3)"),
+        ("constructor", "sys.exit(3)", "called sys.exit(3)"),
+        ("probe", "raise SystemExit('bye')", "called sys.exit('bye')"),
+        ("constructor", "raise GeneratorExit('odd')", "raised GeneratorExit: odd"),
     ],
 )
 def test_plugin_exiting_or_raising_base_exceptions_is_contained(
