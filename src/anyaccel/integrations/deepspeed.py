@@ -19,10 +19,11 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import sys
-import threading
 from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
+
+from anyaccel.forksafe import ForkSafeLock
 
 if TYPE_CHECKING:
     from anyaccel.abstract import Accelerator
@@ -42,7 +43,7 @@ DEEPSPEED_ABC_MODULES: tuple[str, ...] = (
     "accelerator.abstract_accelerator",
 )
 
-_lock = threading.RLock()
+_lock = ForkSafeLock(reentrant=True)  # renewed in a forked child
 #: anyaccel classes to register with every DeepSpeed ABC that appears.
 _classes: list[type] = []
 #: The DeepSpeed ABCs registered with so far (by identity; a reload makes a new one).
