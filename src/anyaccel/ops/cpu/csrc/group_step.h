@@ -202,7 +202,7 @@ class Plan {
 
   void add(int64_t i, PyObject* object, const at::Tensor& param, const at::Tensor& grad,
            PyObject* copy, py::object shared_key) {
-    const std::string shape = shape_str(param.sizes());
+    auto shape = [&param] { return shape_str(param.sizes()); };  // only on errors
     DType type;
     if (!param.device().is_cpu() || !to_dtype(param.scalar_type(), &type)) {
       throw py::type_error(where(i) + "is " + dtype_str(param.scalar_type()) + " on " +
@@ -220,7 +220,7 @@ class Plan {
                            "; gradients must be float32, bfloat16 or float16 CPU tensors");
     }
     if (!grad.sizes().equals(param.sizes())) {
-      throw py::value_error(where(i) + "has shape " + shape + " but its gradient has shape " +
+      throw py::value_error(where(i) + "has shape " + shape() + " but its gradient has shape " +
                             shape_str(grad.sizes()));
     }
     Entry entry;
@@ -247,7 +247,7 @@ class Plan {
         throw py::value_error(
             where(i) + "copy of shape " + shape_str(tensor.sizes()) +
             (tensor.is_contiguous() ? "" : " (not contiguous)") +
-            " does not match parameter of shape " + shape +
+            " does not match parameter of shape " + shape() +
             "; allocate it with torch.empty_like(param, dtype=torch.bfloat16)");
       }
       entry.copy = tensor;
@@ -271,7 +271,7 @@ class Plan {
         const at::Tensor& tensor = THPVariable_Unpack(value);
         if (!tensor.sizes().equals(param.sizes())) {
           throw py::value_error(where(i) + key + "has shape " + shape_str(tensor.sizes()) +
-                                " but the parameter has shape " + shape +
+                                " but the parameter has shape " + shape() +
                                 "; the state belongs to another parameter (was a state dict "
                                 "loaded after the parameters changed or were re-ordered?)");
         }
