@@ -162,3 +162,23 @@ def test_devices_flag_fills_in_the_summary(
     data = json.loads(capsys.readouterr().out)
     assert data["accelerator"]["total_memory"] == 4 * 2**30
     assert data["environment"]["devices"][0]["total_memory"] == 4 * 2**30
+
+
+class _EveryMethodRaises:
+    """An accelerator whose every method raises, as a broken vendor runtime's can."""
+
+    def __getattr__(self, name: str) -> Any:
+        def method(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError(f"driver gone in {name}")
+
+        return method
+
+
+@pytest.mark.parametrize("devices", [False, True])
+def test_an_accelerator_whose_methods_raise_shows_errors_in_their_rows(devices: bool) -> None:
+    data = environment_report(_EveryMethodRaises(), devices=devices)
+    text = format_environment(data)
+    assert "devices" in text and "error: RuntimeError: driver gone in" in text
+    assert "\nerror " not in text  # an error answer is not taken for a variable name
+    assert "driver gone" in format_markdown(data)
+    json.dumps(data, default=str)

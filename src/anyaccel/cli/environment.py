@@ -155,7 +155,9 @@ def _visible_devices_names(accelerator: Any) -> list[str]:
     for cls in _builtin_classes():
         names.extend(getattr(cls, "visible_devices_env_names", ()))
     if accelerator is not None:
-        names.extend(_ask(accelerator.visible_devices_envs) or [])
+        own = _ask(accelerator.visible_devices_envs)
+        if isinstance(own, (list, tuple)):  # an error answer adds no variable names
+            names.extend(own)
     return sorted({n for n in names if isinstance(n, str)})
 
 
@@ -268,8 +270,16 @@ def _bytes(value: Any) -> str:
     return str(value)
 
 
+def _section_error(rows: list[tuple[str, str]], label: str, value: Any) -> bool:
+    """Add an ``error: ...`` row when a section's question raised; True if it did."""
+    if isinstance(value, dict) and set(value) == {"error"}:
+        rows.append((label, f"error: {value['error']}"))
+        return True
+    return False
+
+
 def _lines(data: dict[str, Any]) -> list[tuple[str, str]]:
-    """(label, value) rows shared by the text and Markdown forms."""
+    """(label, value) rows for the text and Markdown forms; a failed section shows its error."""
     cpu = data["cpu"] if isinstance(data["cpu"], dict) else {}
     rows = [
         ("anyaccel", f"{data['anyaccel']['version']} ({data['anyaccel']['path']})"),
@@ -279,6 +289,15 @@ def _lines(data: dict[str, Any]) -> list[tuple[str, str]]:
         ("cpu", f"{cpu.get('model')}, SIMD {cpu.get('simd')}, {cpu.get('logical_cores')} threads"),
         ("ram", _bytes(cpu.get("ram_bytes"))),
     ]
+    for label, key in (
+        ("cpu", "cpu"),
+        ("vendor packages", "packages"),
+        ("devices", "devices"),
+        ("ops", "ops"),
+        ("plugins", "plugins"),
+        ("environment variables", "environment_variables"),
+    ):
+        _section_error(rows, label, data[key])
     packages = data["packages"] if isinstance(data["packages"], list) else []
     rows.append(
         (
