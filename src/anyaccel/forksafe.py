@@ -14,9 +14,15 @@ import weakref
 from collections.abc import Callable
 from types import TracebackType
 
-__all__ = ["ForkSafeLock", "after_fork_in_child"]
+__all__ = ["ForkSafeLock", "after_fork_in_child", "native_threads"]
 
 _locks: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()
+
+#: Whether this process has run one of our OpenMP regions with more than one thread; and
+#: whether it is a child forked after that (GNU OpenMP's thread pool does not survive a fork:
+#: the child's next parallel region waits forever for threads that no longer exist).
+_openmp_used = False
+_openmp_stale = False
 
 
 class ForkSafeLock:
@@ -65,9 +71,25 @@ def after_fork_in_child(function: Callable[[], None]) -> None:
         os.register_at_fork(after_in_child=function)
 
 
+def native_threads(requested: int) -> int:
+    """The thread count a compiled kernel may use now: ``requested``, or 1 in a forked child.
+
+    A child forked after our kernels ran in parallel steps serially rather than hang in the
+    OpenMP runtime's stale thread pool.
+    """
+    global _openmp_used
+    if _openmp_stale:
+        return 1
+    if requested > 1:
+        _openmp_used = True
+    return requested
+
+
 def _renew_all() -> None:
+    global _openmp_stale
     for lock in list(_locks):
         lock._renew()
+    _openmp_stale = _openmp_stale or _openmp_used
 
 
 after_fork_in_child(_renew_all)

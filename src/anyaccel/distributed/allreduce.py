@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from anyaccel.distributed.launch import DistributedSetupError
-from anyaccel.forksafe import ForkSafeLock
+from anyaccel.forksafe import ForkSafeLock, native_threads
 
 __all__ = [
     "CollectiveError",
@@ -122,7 +122,7 @@ def _kernel_threads(world_size: int) -> int:
     total = os.cpu_count() or 1
     cores = len(affinity(0)) if affinity is not None else total
     share = cores if cores < total else total // world_size
-    return max(1, min(torch.get_num_threads(), share))
+    return native_threads(max(1, min(torch.get_num_threads(), share)))
 
 
 def _set_up(group: Any) -> _Group:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, NamedTuple, cast
 import torch
 from torch.optim.optimizer import ParamsT, StateDict
 
+from anyaccel.forksafe import native_threads
 from anyaccel.ops.builder import OpBuilder
 from anyaccel.ops.checkpoint import prepare_checkpoint
 from anyaccel.ops.hyperparams import Rule, validate, with_torch_keys
@@ -259,7 +260,7 @@ class HostOptimizer(torch.optim.Optimizer):
 
     def _run(self, plans: list[tuple[Any, dict[str, Any]]]) -> None:
         """Step each prepared group in one native call."""
-        threads = torch.get_num_threads()
+        threads = native_threads(torch.get_num_threads())
         kernel_step = getattr(self.kernel, self.kernel_function)
         for plan, group in plans:
             if len(plan):
