@@ -43,9 +43,11 @@ def test_child_gets_the_lock_unheld(reentrant: bool) -> None:
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
-        ok = lock.acquire(timeout=5)
-        os.write(write, b"1" if ok else b"0")
-        os._exit(0)
+        try:
+            ok = lock.acquire(timeout=5)
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)  # never let the child run on into the rest of the test session
     os.close(write)
     answer = os.read(read, 1)
     os.waitpid(pid, 0)
@@ -80,8 +82,10 @@ def test_after_fork_hooks_run_in_the_child_only() -> None:
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
-        os.write(write, b"1" if calls == [os.getpid()] else b"0")
-        os._exit(0)
+        try:
+            os.write(write, b"1" if calls == [os.getpid()] else b"0")
+        finally:
+            os._exit(0)
     os.close(write)
     answer = os.read(read, 1)
     os.waitpid(pid, 0)
