@@ -239,8 +239,8 @@ class OpBuilder:
         return []
 
     def cxx_args(self) -> list[str]:
-        """Flags for the C++ compiler."""
-        return ["-O3", "-std=c++17"]
+        """Flags for the C++ compiler (no ``-std``: torch adds the standard its headers need)."""
+        return ["-O3"]
 
     def nvcc_args(self) -> list[str]:
         """Flags for nvcc (CUDA builders only)."""

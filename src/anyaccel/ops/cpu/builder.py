@@ -39,9 +39,10 @@ class CPUOpBuilder(OpBuilder):
     def cxx_args(self) -> list[str]:
         """-O3, OpenMP, sqrt without errno (so it vectorises), no FMA contraction, vector flags.
 
-        ``-ffp-contract=off`` rounds every operation as torch's reference optimizers do.
+        ``-ffp-contract=off`` rounds every operation as torch's reference optimizers do. No
+        ``-std``: torch adds the standard its headers need (a forced C++17 breaks on torch 2.14).
         """
-        flags = ["-O3", "-std=c++17", "-fno-math-errno", "-ffp-contract=off"]
+        flags = ["-O3", "-fno-math-errno", "-ffp-contract=off"]
         flags += self.openmp_flags()
         return flags + simd_compile_flags(self.simd())
 

@@ -98,16 +98,19 @@ class CUDAOpBuilder(OpBuilder):
         return True
 
     def cxx_args(self) -> list[str]:
-        """Host-side flags."""
-        return ["-O3", "-std=c++17"]
+        """Host-side flags (no ``-std``: torch adds the standard its headers need)."""
+        return ["-O3"]
 
     def nvcc_args(self) -> list[str]:
-        """-O3, C++17, and one ``-gencode`` per target architecture (or ROCm offload archs)."""
+        """-O3 and one ``-gencode`` per target architecture (or ROCm offload archs).
+
+        No ``-std``: torch adds the C++ standard its headers need (C++17, or C++20 from 2.13 on).
+        """
         import torch
 
         if torch.version.hip is not None:
-            return ["-O3", "-std=c++17", *rocm_arch_flags()]
-        return ["-O3", "-std=c++17", "--expt-relaxed-constexpr", *gencode_flags(cuda_arch_list())]
+            return ["-O3", *rocm_arch_flags()]
+        return ["-O3", "--expt-relaxed-constexpr", *gencode_flags(cuda_arch_list())]
 
     def platform_compatibility(self) -> Compatibility:
         """A CUDA or ROCm build of torch is required (a device is not: cross-compiling works).
