@@ -10,6 +10,7 @@ Groups spanning nodes, other devices, dtypes or ops, and any set-up failure use
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -125,14 +126,39 @@ def _kernel_threads(world_size: int) -> int:
     return native_threads(max(1, min(torch.get_num_threads(), share)))
 
 
+def _plain(value: Any) -> Any:
+    """JSON's lists back as tuples, so gathered records compare and hash as they were sent."""
+    return tuple(_plain(item) for item in value) if isinstance(value, list) else value
+
+
+def _all_gather_json(value: Any, group: Any) -> list[Any]:
+    """Every rank's ``value`` (JSON-able), gathered as bytes in CPU tensors.
+
+    Not ``all_gather_object``: it pickles, and on newer torch it needs numpy, which torch
+    itself does not require.
+    """
+    size = dist.get_world_size(group)
+    data = json.dumps(value).encode()
+    lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(size)]
+    dist.all_gather(lengths, torch.tensor([len(data)], dtype=torch.int64), group=group)
+    longest = max(int(length) for length in lengths)
+    padded = torch.zeros(longest, dtype=torch.uint8)
+    padded[: len(data)] = torch.tensor(list(data), dtype=torch.uint8)
+    buffers = [torch.empty(longest, dtype=torch.uint8) for _ in range(size)]
+    dist.all_gather(buffers, padded, group=group)
+    return [
+        _plain(json.loads(bytes(buffer[: int(length)].tolist())))
+        for buffer, length in zip(buffers, lengths, strict=True)
+    ]
+
+
 def _set_up(group: Any) -> _Group:
     """Collectively decide the group's path and, on one node, share a segment among its ranks."""
     size, me = dist.get_world_size(group), dist.get_rank(group)
     timeout = _group_timeout(group)
     threads = _kernel_threads(size)
     problem = _local_problem()
-    views: list[Any] = [None] * size
-    dist.all_gather_object(views, (_node_identity(), problem), group=group)
+    views = _all_gather_json((_node_identity(), problem), group)
     problems = sorted({p for _, p in views if p})
     if problems:
         return _Group(None, "; ".join(problems), timeout, threads)
@@ -153,7 +179,7 @@ def _set_up(group: Any) -> _Group:
             offer[0] = (os.getpid(), created)
         except OSError as exc:
             offer[0] = f"rank 0 cannot create a {segment}-byte shared-memory segment ({exc})"
-    dist.broadcast_object_list(offer, src=dist.get_global_rank(group, 0), group=group)
+    offer = _all_gather_json(offer[0], group)[:1]  # rank 0's offer, to every rank
     failure = offer[0] if isinstance(offer[0], str) else ""
     if me != 0 and not failure:
         pid, fd = offer[0]
@@ -165,8 +191,7 @@ def _set_up(group: Any) -> _Group:
                 os.close(opened)
         except (OSError, RuntimeError) as exc:
             failure = f"rank {me} cannot open rank 0's segment ({exc})"
-    results: list[Any] = [None] * size
-    dist.all_gather_object(results, (failure, os.getpid()), group=group)
+    results = _all_gather_json((failure, os.getpid()), group)
     if created >= 0:
         os.close(created)  # every rank has mapped it (or failed): the mapping keeps it alive
     failures = sorted({f for f, _ in results if f})
