@@ -138,6 +138,18 @@ def test_compile_error_shows_the_first_compiler_errors_and_the_log_path(tmp_path
     assert not is_built(broken.plan())
 
 
+def test_a_second_load_after_a_failed_build_says_the_build_failed(tmp_path: Path) -> None:
+    """torch skips a build it already tried in this process; that is no 'library does not load'."""
+    broken = tmp_builder(tmp_path, BROKEN_SOURCE, name="broken_twice_op")
+    with pytest.raises(OpBuildError):
+        broken.load()
+    with pytest.raises(OpBuildError) as caught:
+        broken.load()
+    message = str(caught.value)
+    assert "broken_twice_op" in message
+    assert "failed" in message and "does not load" not in message
+
+
 def test_missing_ninja_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(builder_module, "find_ninja", lambda: None)
     source = "#include <pybind11/pybind11.h>\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}\n"

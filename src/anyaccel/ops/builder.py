@@ -538,6 +538,13 @@ def _compile(plan: BuildPlan) -> ModuleType:
             is_python_module=True,
         )
     except ImportError as exc:  # built, but the loader refuses the library
+        if not os.path.exists(plan.library_path):
+            # torch skips a build it already attempted in this process, then imports nothing
+            raise OpBuildError(
+                f"building op {plan.op_name!r} ({plan.extension_name}) produced no library "
+                f"(an earlier build of it in this process failed; see {plan.log_path}); "
+                "fix the cause and start a new process"
+            ) from exc
         raise OpLoadError(
             f"op {plan.op_name!r} was built but its library {plan.library_path} does not load: "
             f"{exc}; delete {plan.build_directory} and retry, and report it if it persists",
