@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from anyaccel.ops import builder as builder_module
-from anyaccel.ops.builder import OpBuilder
 from anyaccel.ops.cpu import CPUAdamBuilder
 from anyaccel.ops.cpu_features import (
     CPUFeatures,
@@ -27,6 +25,9 @@ from anyaccel.ops.cpu_features import (
     selected_simd,
 )
 from anyaccel.ops.errors import ExtensionsDirError, OpLoadError, OpNotAvailableError
+
+from .conftest import _run_python
+from .test_builder import tmp_builder
 
 RunPython = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -57,33 +58,6 @@ SMALL_BUILDER = """
         def sources(self):
             return [os.path.join(os.environ["SOURCE_DIR"], "small.cpp")]
 """
-
-
-def _tmp_builder(tmp_path: Path, code: str, name: str) -> OpBuilder:
-    source = tmp_path / f"{name}.cpp"
-    source.write_text(code)
-
-    class TmpBuilder(OpBuilder):
-        NAME = name
-
-        def sources(self) -> list[str]:
-            return [str(source)]
-
-    return TmpBuilder()
-
-
-def _run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """``code`` in a fresh interpreter importing this checkout (module-scoped fixtures use it)."""
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    full_env = {**os.environ, **env}
-    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, full_env.get("PYTHONPATH")]))
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +141,7 @@ def test_truncated_library_that_cannot_be_rebuilt_is_an_op_load_error(
 
 
 def test_library_the_loader_refuses_is_an_op_load_error(tmp_path: Path) -> None:
-    refused = _tmp_builder(tmp_path, REFUSED_OP, name="fault_refused")
+    refused = tmp_builder(tmp_path, REFUSED_OP, name="fault_refused")
     with pytest.raises(OpLoadError) as caught:
         refused.load()
     assert "refused by init" in caught.value.loader_message
@@ -184,7 +158,7 @@ def test_extensions_dir_that_is_a_file_is_an_op_error_naming_path_and_fix(
     not_a_dir.write_text("not a directory")
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(not_a_dir))
     with pytest.raises(ExtensionsDirError) as caught:
-        _tmp_builder(tmp_path, SMALL_OP, name="fault_file_dir").load()
+        tmp_builder(tmp_path, SMALL_OP, name="fault_file_dir").load()
     message = str(caught.value)
     assert f"TORCH_EXTENSIONS_DIR={not_a_dir}" in message
     assert f"{not_a_dir} is a file, not a directory" in message
@@ -199,7 +173,7 @@ def test_extensions_dir_under_a_file_is_an_op_error(
     blocker.write_text("")
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(blocker / "cache"))
     with pytest.raises(ExtensionsDirError, match=f"{blocker} is a file, not a directory"):
-        _tmp_builder(tmp_path, SMALL_OP, name="fault_under_file").load()
+        tmp_builder(tmp_path, SMALL_OP, name="fault_under_file").load()
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
@@ -209,7 +183,7 @@ def test_extensions_dir_nobody_can_write_is_an_op_error_even_for_root(
     # /proc refuses new entries to every user, root included (where os.access says "writable").
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/proc")
     with pytest.raises(ExtensionsDirError) as caught:
-        _tmp_builder(tmp_path, SMALL_OP, name="fault_proc").load()
+        tmp_builder(tmp_path, SMALL_OP, name="fault_proc").load()
     assert "TORCH_EXTENSIONS_DIR=/proc is not a writable directory" in str(caught.value)
 
 
@@ -222,7 +196,7 @@ def test_extensions_dir_without_write_permission_is_an_op_error(
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(locked))
     try:
         with pytest.raises(ExtensionsDirError, match="Permission denied"):
-            _tmp_builder(tmp_path, SMALL_OP, name="fault_locked").load()
+            tmp_builder(tmp_path, SMALL_OP, name="fault_locked").load()
     finally:
         locked.chmod(0o700)
 
@@ -245,7 +219,7 @@ def test_no_raw_os_error_escapes_load(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(builder_module, "_compile", disk_full)
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "cache"))
     with pytest.raises(OpLoadError, match="No space left on device") as caught:
-        _tmp_builder(tmp_path, SMALL_OP, name="fault_disk_full").load()
+        tmp_builder(tmp_path, SMALL_OP, name="fault_disk_full").load()
     assert str(tmp_path / "cache") in str(caught.value)
 
 
