@@ -61,19 +61,30 @@ def start_ranks(script: str, world_size: int = 2, *args: str) -> list[subprocess
 
 
 def finish(procs: list[subprocess.Popen[str]], timeout: float = TIMEOUT) -> list[str]:
-    """Every process's stdout; fails (after killing them all) if one errs or runs too long."""
-    outputs = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=timeout)
-            assert proc.returncode == 0, f"exit {proc.returncode}\n{err[-3000:]}"
-            outputs.append(out)
-    finally:
-        for proc in procs:
+    """Every process's stdout; fails (after killing them all) if one errs or runs too long.
+
+    On a failure the message carries every process's exit status and stderr tail, so a hang in
+    one process can be traced to the one that died first.
+    """
+    deadline = time.monotonic() + timeout
+    outputs: dict[int, tuple[str, str]] = {}
+    timed_out = False
+    for index, proc in enumerate(procs):
+        try:
+            outputs[index] = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            break
+    if timed_out or any(proc.returncode != 0 for proc in procs):
+        report = [f"timed out after {timeout} s" if timed_out else "a process failed"]
+        for index, proc in enumerate(procs):
             if proc.poll() is None:
                 proc.kill()
-                proc.wait()
-    return outputs
+            out, err = outputs[index] if index in outputs else proc.communicate()
+            report.append(f"--- process {index}: exit {proc.returncode}\n"
+                          f"stdout: {out[-1000:]}\nstderr: {err[-3000:]}")  # fmt: skip
+        pytest.fail("\n".join(report))
+    return [outputs[index][0] for index in range(len(procs))]
 
 
 def shm_entries() -> set[str]:

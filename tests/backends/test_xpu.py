@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 
 import pytest
+import torch
 from vendor_contract import GENERIC, Case, cases, check_case
 
 import anyaccel
@@ -32,16 +32,9 @@ NATIVE_CASES = cases(
 )
 
 
-def native_release() -> contextlib.AbstractContextManager[None]:
-    """Native torch.xpu comes with torch >= 2.8: on an older torch, report that release."""
-    if xpu._torch_release() >= xpu.NATIVE_MIN_TORCH:
-        return contextlib.nullcontext()
-    return patched_attributes((xpu.torch, "__version__", "2.8.0"))
-
-
 @pytest.fixture
 def native_xpu() -> Iterator[SimulatedDeviceModule]:
-    with native_release(), simulate_xpu(device_count=2, path="native") as module:
+    with simulate_xpu(device_count=2, path="native") as module:
         yield module
 
 
@@ -80,7 +73,7 @@ def test_native_xpu_is_detected_without_initialising(native_xpu: SimulatedDevice
 
 
 def test_native_xpu_yields_to_a_visible_cuda_device() -> None:
-    with native_release(), simulate_xpu(path="native"), simulate_cuda(device_count=1):
+    with simulate_xpu(path="native"), simulate_cuda(device_count=1):
         acc, report = detect_accelerator()
     assert acc._name == "cuda"
     native = next(p for p in report.probes if p.candidate == "xpu (native torch.xpu)")
@@ -89,12 +82,12 @@ def test_native_xpu_yields_to_a_visible_cuda_device() -> None:
 
 def test_forcing_xpu_takes_native_xpu_even_beside_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DS_ACCELERATOR", "xpu")
-    with native_release(), simulate_xpu(path="native"), simulate_cuda(device_count=1):
+    with simulate_xpu(path="native"), simulate_cuda(device_count=1):
         assert type(anyaccel.get_accelerator()) is XpuAccelerator
 
 
 def test_native_xpu_needs_torch_2_8() -> None:
-    with simulate_xpu(path="native"), patched_attributes((xpu.torch, "__version__", "2.7.1")):
+    with simulate_xpu(path="native"), patched_attributes((torch, "__version__", "2.7.1")):
         outcome = xpu.probe_native()
     assert outcome.kind == "not_installed" and "2.8" in outcome.reason
 

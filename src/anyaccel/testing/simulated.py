@@ -20,6 +20,7 @@ import functools
 import importlib.abc
 import importlib.machinery
 import os
+import re
 import sys
 import types
 from collections import OrderedDict
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.torch_version import TorchVersion
 
 from anyaccel.synchronous import HostEvent, HostStream
 
@@ -943,7 +945,13 @@ def simulate_xpu(
         packages["intel_extension_for_deepspeed"] = _package_module(
             "intel_extension_for_deepspeed", XPU_Accelerator=accelerator_class
         )
-    with _simulate_runtime(module, packages):
+    # Native torch.xpu as anyaccel drives it comes with torch >= 2.8: on an older torch the
+    # simulated machine reports that release, as a real XPU build would.
+    release: tuple[object, str, object] | None = None
+    match = re.match(r"(\d+)\.(\d+)", str(torch.__version__))
+    if path == "native" and match and (int(match.group(1)), int(match.group(2))) < (2, 8):
+        release = (torch, "__version__", TorchVersion("2.8.0"))
+    with _simulate_runtime(module, packages, *([release] if release else [])):
         yield module
 
 
