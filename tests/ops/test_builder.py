@@ -19,7 +19,7 @@ from anyaccel.ops.builder import (
     is_built,
     toolchain_problem,
 )
-from anyaccel.ops.cpu import CPUAdamBuilder
+from anyaccel.ops.cpu import CPUAdagradBuilder, CPUAdamBuilder, CPULionBuilder
 from anyaccel.ops.errors import BuildToolMissingError, OpBuildError
 
 RunPython = Callable[..., subprocess.CompletedProcess[str]]
@@ -50,7 +50,7 @@ def test_plan_shows_flags_and_is_reproducible() -> None:
     first, second = CPUAdamBuilder().plan(), CPUAdamBuilder().plan()
     assert first == second
     assert "-O3" in first.cflags and "-fopenmp" in first.cflags
-    assert first.extension_name.startswith("anyaccel_cpu_adam_")
+    assert first.extension_name.startswith("anyaccel_cpu_optim_")
     assert first.build_directory == str(extensions_root() / first.extension_name)
     described = first.describe()
     assert "-O3" in described and first.sources[0] in described
@@ -104,10 +104,20 @@ def test_cached_build_loads_in_a_new_process_without_any_build_tool(run_python: 
 def test_two_processes_building_the_same_op_at_once_both_succeed(
     tmp_path: Path, run_python: RunPython
 ) -> None:
-    code = (
-        "from anyaccel.ops.cpu import CPULionBuilder; print(CPULionBuilder().load().simd_level())"
+    source = tmp_path / "race_op.cpp"
+    source.write_text(
+        "#include <pybind11/pybind11.h>\n"
+        'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("answer", [] { return 42; }); }\n'
     )
-    env = {"TORCH_EXTENSIONS_DIR": str(tmp_path)}
+    code = (
+        "from anyaccel.ops.builder import OpBuilder\n"
+        "class RaceBuilder(OpBuilder):\n"
+        "    NAME = 'race_op'\n"
+        f"    def sources(self): return [{str(source)!r}]\n"
+        "print(RaceBuilder().load().answer())\n"
+    )
+    extensions = tmp_path / "extensions"
+    env = {"TORCH_EXTENSIONS_DIR": str(extensions)}
     launcher = f"""
         import os, subprocess, sys
         env = dict(os.environ)
@@ -121,9 +131,19 @@ def test_two_processes_building_the_same_op_at_once_both_succeed(
     result = run_python(launcher, env=env)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
-    assert len(lines) == 2 and all(line.startswith("0 ") for line in lines), result.stdout
-    built = [path for path in tmp_path.iterdir() if path.name.startswith("anyaccel_cpu_lion_")]
+    assert len(lines) == 2 and all(line.startswith("0 42") for line in lines), result.stdout
+    built = [path for path in extensions.iterdir() if path.name.startswith("anyaccel_race_op_")]
     assert len(built) == 1 and (built[0] / "anyaccel-build.json").exists()
+
+
+def test_the_cpu_optimizers_are_one_library_built_once(tmp_path: Path) -> None:
+    plans = [builder().plan() for builder in (CPUAdamBuilder, CPUAdagradBuilder, CPULionBuilder)]
+    assert {plan.extension_name for plan in plans} == {plans[0].extension_name}
+    assert plans[0].extension_name.startswith("anyaccel_cpu_optim_")
+    assert [plan.op_name for plan in plans] == ["cpu_adam", "cpu_adagrad", "cpu_lion"]
+    modules = [builder().load() for builder in (CPUAdamBuilder, CPUAdagradBuilder, CPULionBuilder)]
+    assert modules[0] is modules[1] is modules[2]
+    assert all(hasattr(modules[0], f) for f in ("adam_step", "adagrad_step", "lion_step"))
 
 
 def test_compile_error_shows_the_first_compiler_errors_and_the_log_path(tmp_path: Path) -> None:

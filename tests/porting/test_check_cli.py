@@ -42,6 +42,23 @@ def test_findings_print_as_file_line_col_and_exit_1(tmp_path: Path) -> None:
     assert "1 finding(s)" in result.stderr
 
 
+def test_check_and_port_never_import_torch(tmp_path: Path) -> None:
+    # A linter in a pre-commit hook must start fast: torch's import alone takes seconds.
+    project = _project(tmp_path)
+    code = (
+        "import sys\n"
+        "from anyaccel.cli import main\n"
+        f"main(['check', {str(project)!r}]); main(['port', {str(project)!r}])\n"
+        "print('torch imported' if 'torch' in sys.modules else 'no torch')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[-1] == "no torch", result.stdout
+
+
 def test_clean_code_exits_0(tmp_path: Path) -> None:
     project = _project(tmp_path)
     result = run_check("clean.py", cwd=project)

@@ -22,8 +22,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every subcommand."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; only ``command``'s module is imported to add its options.
+
+    A subcommand's module may import heavy dependencies (``conformance`` imports torch), so
+    ``anyaccel check`` does not pay for the others. With no ``command``, every module is loaded.
+    """
     from anyaccel import __version__
 
     parser = argparse.ArgumentParser(
@@ -33,15 +37,18 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         sub = commands.add_parser(name, help=help_text, description=help_text)
-        importlib.import_module(module_name).add_arguments(sub)
+        if command is None or name == command:
+            importlib.import_module(module_name).add_arguments(sub)
         sub.set_defaults(_module=module_name)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``anyaccel`` command line; returns the process exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    chosen = arguments[0] if arguments and arguments[0] in SUBCOMMANDS else ""
+    parser = build_parser(chosen)
+    args = parser.parse_args(arguments)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2

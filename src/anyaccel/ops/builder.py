@@ -112,6 +112,7 @@ class BuildPlan:
 
     op_name: str
     builder: str
+    library: str
     extension_name: str
     build_directory: str
     sources: tuple[str, ...]
@@ -137,6 +138,7 @@ class BuildPlan:
         """A human-readable account of the build: names, paths and every flag."""
         rows = [
             ("op", f"{self.op_name} ({self.builder})"),
+            ("library", self.library),
             ("extension", self.extension_name),
             ("build directory", self.build_directory),
             ("sources", " ".join(self.sources)),
@@ -219,6 +221,9 @@ class OpBuilder:
 
     #: The op's name, e.g. ``"cpu_adam"``; empty on abstract bases (which are never discovered).
     NAME: ClassVar[str] = ""
+    #: The compiled library's name, when several ops are one build (same sources and flags, so
+    #: they compile once and load as one module); empty means the op's own ``NAME``.
+    LIBRARY: ClassVar[str] = ""
 
     def __init__(self) -> None:
         if not self.NAME:
@@ -287,10 +292,12 @@ class OpBuilder:
         cuda_cflags = tuple(self.nvcc_args()) if self.with_cuda() else ()
         ldflags = tuple(self.extra_ldflags())
         key = self._build_key(sources + depends, include_paths, cflags, cuda_cflags, ldflags)
-        extension_name = f"anyaccel_{self.NAME}_{key[:12]}"
+        library = self.LIBRARY or self.NAME
+        extension_name = f"anyaccel_{library}_{key[:12]}"
         return BuildPlan(
             op_name=self.NAME,
             builder=type(self).__name__,
+            library=library,
             extension_name=extension_name,
             build_directory=str(extensions_root() / extension_name),
             sources=sources,
@@ -310,7 +317,7 @@ class OpBuilder:
         digest = hashlib.sha256()
         context = [
             _LAYOUT_VERSION,
-            self.NAME,
+            self.LIBRARY or self.NAME,
             torch.__version__,
             sys.implementation.cache_tag,
             platform.machine(),
@@ -417,9 +424,10 @@ class OpBuilder:
                 except _LibraryDoesNotLoad as failed:
                     reason = f"the cached library does not load ({failed.loader_message})"
                     _discard_build(build_directory)
+            shared = f", library {plan.library}" if plan.library != plan.op_name else ""
             announce(
-                f"building op {plan.op_name!r} ({plan.builder}): {reason}; this takes a while "
-                f"once, then it is cached in {plan.build_directory}"
+                f"building op {plan.op_name!r} ({plan.builder}{shared}): {reason}; this takes a "
+                f"while once, then it is cached in {plan.build_directory}"
             )
             started = time.perf_counter()
             module = _compile(plan)
@@ -443,7 +451,7 @@ def _build_reason(plan: BuildPlan) -> str:
     try:
         older = sorted(
             path.name
-            for path in build_directory.parent.glob(f"anyaccel_{plan.op_name}_*")
+            for path in build_directory.parent.glob(f"anyaccel_{plan.library}_*")
             if path.name != plan.extension_name and (path / _STAMP_FILE).exists()
         )
     except OSError:

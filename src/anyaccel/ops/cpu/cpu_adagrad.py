@@ -9,4 +9,5 @@ class CPUAdagradBuilder(CPUOpBuilder):
     """Fused Adagrad step over fp32 tensors, optionally writing a bf16/fp16 parameter copy."""
 
     NAME = "cpu_adagrad"
-    SOURCES = ("cpu_adagrad.cpp",)
+    SOURCES = ("cpu_optim.cpp",)
+    LIBRARY = "cpu_optim"

@@ -9,4 +9,5 @@ class CPUAdamBuilder(CPUOpBuilder):
     """Fused Adam/AdamW step over fp32 tensors, optionally writing a bf16/fp16 parameter copy."""
 
     NAME = "cpu_adam"
-    SOURCES = ("cpu_adam.cpp",)
+    SOURCES = ("cpu_optim.cpp",)
+    LIBRARY = "cpu_optim"

@@ -9,4 +9,5 @@ class CPULionBuilder(CPUOpBuilder):
     """Fused Lion step over fp32 tensors, optionally writing a bf16/fp16 parameter copy."""
 
     NAME = "cpu_lion"
-    SOURCES = ("cpu_lion.cpp",)
+    SOURCES = ("cpu_optim.cpp",)
+    LIBRARY = "cpu_optim"

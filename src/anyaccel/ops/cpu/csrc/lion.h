@@ -1,9 +1,12 @@
 // anyaccel CPU Lion: one native call per param group, one pass over p, g, m (and an optional
 // copy of p), for fp32, bf16 and fp16 tensors.
+// Compiled into the one CPU optimizer library through cpu_optim.cpp.
+#pragma once
+
 #include "group_step.h"
 
 namespace anyaccel {
-namespace {
+namespace lion {
 
 struct LionScalars {
   float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, decay_factor, grad_sign;
@@ -31,15 +34,5 @@ void lion_step(Plan& plan, double lr, double beta1, double beta2, double weight_
   step_group<1>(plan, threads, [&](const Task&) { return scalars; }, lion_math);
 }
 
-}  // namespace
+}  // namespace lion
 }  // namespace anyaccel
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  namespace py = pybind11;
-  m.doc() = "anyaccel CPU Lion kernel (use anyaccel.ops.lion)";
-  anyaccel::bind_plan(m);
-  m.def("lion_step", &anyaccel::lion_step,
-        "One fused Lion step over a prepared param group (see prepare()).", py::arg("plan"),
-        py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("weight_decay"),
-        py::arg("maximize"), py::arg("threads"));
-}

@@ -1,9 +1,12 @@
 // anyaccel CPU Adagrad: one native call per param group, one pass over p, g and the
 // squared-gradient sum (and an optional copy of p), for fp32, bf16 and fp16 tensors.
+// Compiled into the one CPU optimizer library through cpu_optim.cpp.
+#pragma once
+
 #include "group_step.h"
 
 namespace anyaccel {
-namespace {
+namespace adagrad {
 
 struct AdagradScalars {
   float clr, eps, weight_decay, grad_sign;
@@ -34,15 +37,5 @@ void adagrad_step(Plan& plan, double lr, double lr_decay, double eps, double wei
   step_group<1>(plan, threads, per_task, adagrad_math<false>);
 }
 
-}  // namespace
+}  // namespace adagrad
 }  // namespace anyaccel
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  namespace py = pybind11;
-  m.doc() = "anyaccel CPU Adagrad kernel (use anyaccel.ops.adagrad)";
-  anyaccel::bind_plan(m);
-  m.def("adagrad_step", &anyaccel::adagrad_step,
-        "One fused Adagrad step over a prepared param group (see prepare()).", py::arg("plan"),
-        py::arg("lr"), py::arg("lr_decay"), py::arg("eps"), py::arg("weight_decay"),
-        py::arg("maximize"), py::arg("threads"));
-}

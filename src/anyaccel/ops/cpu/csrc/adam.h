@@ -1,9 +1,12 @@
 // anyaccel CPU Adam/AdamW: one native call per param group, one pass over p, g, m, v (and an
 // optional bf16/fp16 copy of p), for fp32, bf16 and fp16 parameters and states.
+// Compiled into the one CPU optimizer library through cpu_optim.cpp.
+#pragma once
+
 #include "group_step.h"
 
 namespace anyaccel {
-namespace {
+namespace adam {
 
 enum class Decay { kNone, kL2, kDecoupled };
 
@@ -73,16 +76,5 @@ void adam_step(Plan& plan, double lr, double beta1, double beta2, double eps, do
   body(amsgrad, plan, threads, lr, beta1, beta2, eps, weight_decay, bias_correction, maximize);
 }
 
-}  // namespace
+}  // namespace adam
 }  // namespace anyaccel
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  namespace py = pybind11;
-  m.doc() = "anyaccel CPU Adam/AdamW kernels (use anyaccel.ops.adam)";
-  anyaccel::bind_plan(m);
-  m.def("adam_step", &anyaccel::adam_step,
-        "One fused Adam(W) step over a prepared param group (see prepare()).", py::arg("plan"),
-        py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"),
-        py::arg("weight_decay"), py::arg("adamw_mode"), py::arg("bias_correction"),
-        py::arg("maximize"), py::arg("amsgrad"), py::arg("threads"));
-}
