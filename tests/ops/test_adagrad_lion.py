@@ -8,6 +8,7 @@ import torch
 from anyaccel.ops.adagrad import CPUAdagrad, DeepSpeedCPUAdagrad
 from anyaccel.ops.lion import CPULion, DeepSpeedCPULion
 
+from .optim_reference import ReferenceLion
 from .test_adam import assert_parity, train
 
 
@@ -25,30 +26,6 @@ def test_cpu_adagrad_matches_torch_adagrad_over_100_steps(options: dict[str, obj
     ours = train(lambda ps: CPUAdagrad(ps, lr=1e-2, **options))  # type: ignore[arg-type]
     torch_ = train(lambda ps: torch.optim.Adagrad(ps, lr=1e-2, **options))  # type: ignore[arg-type]
     assert_parity(ours, torch_)
-
-
-class ReferenceLion(torch.optim.Optimizer):
-    """Lion as the paper's pseudo-code states it, in plain torch."""
-
-    def __init__(
-        self,
-        params: list[torch.nn.Parameter],
-        lr: float,
-        betas: tuple[float, float],
-        weight_decay: float,
-    ) -> None:
-        super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay})
-
-    @torch.no_grad()
-    def step(self, closure: None = None) -> None:  # type: ignore[override]
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for param in group["params"]:
-                momentum = self.state[param].setdefault("exp_avg", torch.zeros_like(param))
-                param.mul_(1 - group["lr"] * group["weight_decay"])
-                update = (momentum * beta1 + param.grad * (1 - beta1)).sign()
-                param.add_(update, alpha=-group["lr"])
-                momentum.mul_(beta2).add_(param.grad, alpha=1 - beta2)
 
 
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])

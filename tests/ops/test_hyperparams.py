@@ -18,7 +18,7 @@ from anyaccel.ops.adam import CPUAdam, CPUAdamW, DeepSpeedCPUAdam
 from anyaccel.ops.hyperparams import ADAM_RULES, validate
 from anyaccel.ops.lion import CPULion, DeepSpeedCPULion
 
-from .test_adagrad_lion import ReferenceLion
+from .optim_reference import ReferenceLion
 from .test_adam import assert_parity, train
 
 #: Our optimizer, torch's counterpart, and the numeric hyperparameters both take.
