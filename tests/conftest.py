@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 import anyaccel
+
+# Property tests draw the same examples on every run, so the gate is repeatable; set
+# HYPOTHESIS_PROFILE=explore to search with fresh random examples (and more of them).
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", max_examples=500)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 @pytest.fixture(autouse=True)

@@ -220,6 +220,28 @@ def stepped(cls: Any, **options: Any) -> tuple[torch.optim.Optimizer, list[torch
     ("theirs", "ours"),
     [(torch.optim.Adam, CPUAdam), (torch.optim.AdamW, CPUAdamW), (torch.optim.Adagrad, CPUAdagrad)],
 )
+def test_a_numeric_step_loads_as_torch_loads_it_and_steps_alike(theirs: Any, ours: Any) -> None:
+    # Hand-edited or very old checkpoints hold "step" as a number; torch makes it a tensor.
+    source, _ = stepped(theirs, lr=0.1)
+    checkpoint = copy.deepcopy(source.state_dict())
+    for entry in checkpoint["state"].values():
+        entry["step"] = 2
+    results = []
+    for cls in (theirs, ours):
+        optimizer, params = stepped(cls, lr=0.1)
+        optimizer.load_state_dict(copy.deepcopy(checkpoint))
+        run(optimizer, params, gradients(1))
+        steps = [optimizer.state[p]["step"] for p in params]
+        assert all(isinstance(step, torch.Tensor) and float(step) == 3 for step in steps), steps
+        results.append([p.detach().clone() for p in params])
+    for mine, reference in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(mine, reference, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("theirs", "ours"),
+    [(torch.optim.Adam, CPUAdam), (torch.optim.AdamW, CPUAdamW), (torch.optim.Adagrad, CPUAdagrad)],
+)
 @pytest.mark.parametrize("key", ["differentiable", "capturable"])
 def test_a_checkpoint_key_we_cannot_honour_is_refused_naming_it(
     theirs: Any, ours: Any, key: str

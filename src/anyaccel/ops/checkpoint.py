@@ -150,6 +150,9 @@ def _prepare_state(
                 f"checkpoint state for param group {group_index}, index {param_index}: 'step' "
                 f"must be a count (a number or a one-element tensor), got {step!r}"
             )
+        if step is not None and not isinstance(step, torch.Tensor):
+            # torch's Adam and Adagrad turn a numeric step into a float32 tensor on load.
+            entry["step"] = torch.tensor(float(step), dtype=torch.float32)
         state[saved_id] = entry
     return state
 
