@@ -125,12 +125,13 @@ class CPUAdagrad(HostOptimizer):
         """(group, index, param) of each parameter with a sparse gradient, each checked."""
         found = []
         for group_index, group in enumerate(self.param_groups):
-            for param_index, param in enumerate(group["params"]):
-                grad = param.grad
-                if grad is not None and grad.is_sparse:
-                    where = f"param group {group_index}, index {param_index}"
-                    check_sparse_gradient(param, grad, float(group["weight_decay"]), where)
-                    found.append((group_index, param_index, param))
+            params = group["params"]
+            for param_index in self.kernel.sparse_grad_indices(params):  # one native scan
+                param = params[param_index]
+                assert param.grad is not None
+                where = f"param group {group_index}, index {param_index}"
+                check_sparse_gradient(param, param.grad, float(group["weight_decay"]), where)
+                found.append((group_index, param_index, param))
         return found
 
     def _group_scalars(self, group: dict[str, Any]) -> tuple[float | bool, ...]:

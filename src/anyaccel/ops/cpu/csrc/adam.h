@@ -44,10 +44,16 @@ void adam_math(float* __restrict p, const float* __restrict g, float* const* s, 
 template <Decay kDecay, bool kAmsgrad>
 void run(Plan& plan, int threads, double lr, double beta1, double beta2, double eps,
          double weight_decay, bool bias_correction, bool maximize) {
-  auto per_task = [=](const Task& task) {
+  // Every parameter of a group usually has the same step count: the scalars (two pow calls)
+  // are computed again only when the count differs from the previous parameter's.
+  double last_step = 0.0;
+  AdamScalars last{};
+  bool have_last = false;
+  auto per_task = [&](const Task& task) {
+    if (have_last && task.step == last_step) return last;
     const double bias_correction1 = bias_correction ? 1.0 - std::pow(beta1, task.step) : 1.0;
     const double bias_correction2 = bias_correction ? 1.0 - std::pow(beta2, task.step) : 1.0;
-    return AdamScalars{float(beta2),
+    last = AdamScalars{float(beta2),
                        float(eps),
                        float(weight_decay),
                        float(lr / bias_correction1),
@@ -56,6 +62,9 @@ void run(Plan& plan, int threads, double lr, double beta1, double beta2, double 
                        float(1.0 - beta1),
                        float(1.0 - beta2),
                        float(1.0 - lr * weight_decay)};
+    last_step = task.step;
+    have_last = true;
+    return last;
   };
   step_group<kAmsgrad ? 3 : 2>(plan, threads, per_task, adam_math<kDecay, kAmsgrad>);
 }

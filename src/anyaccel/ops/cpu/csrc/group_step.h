@@ -13,6 +13,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdio>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -67,12 +68,6 @@ inline std::string dtype_str(c10::ScalarType type) {
 
 constexpr int kMaxStates = 3;
 
-// One state tensor an optimizer keeps per parameter: its key and initial value.
-struct StateSpec {
-  std::string name;
-  double initial;
-};
-
 // An operand of a task: a contiguous buffer and its dtype.
 struct Operand {
   void* data = nullptr;
@@ -89,19 +84,126 @@ struct Task {
   double step = 0.0;  // this tensor's step count after the increment
 };
 
-// A parameter with a gradient, checked, awaiting commit.
+// Software prefetch: a step over many small tensors is bound by the latency of reading each
+// tensor's scattered metadata (Python object, TensorImpl, storage, state dict), one miss after
+// another. The plan reads it in blocks, first requesting each level for the whole block so the
+// misses overlap, then walking it from cache.
+inline void prefetch_lines(const void* address, size_t bytes) {
+#if defined(__GNUC__)
+  const char* bytes_at = static_cast<const char*>(address);
+  for (size_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(bytes_at + offset);
+#else
+  (void)address;
+  (void)bytes;
+#endif
+}
+
+inline void prefetch_impl(const c10::TensorImpl* impl) {
+  if (impl != nullptr) prefetch_lines(impl, sizeof(c10::TensorImpl));
+}
+
+// The storage record of a tensor (read for its data pointer), then, one pass later, its data.
+inline void prefetch_storage(const c10::TensorImpl* impl) {
+  if (impl != nullptr) prefetch_lines(impl->unsafe_storage().unsafeGetStorageImpl(), 64);
+}
+
+inline void prefetch_data(const c10::TensorImpl* impl) {
+  if (impl == nullptr) return;
+  const c10::StorageImpl* storage = impl->unsafe_storage().unsafeGetStorageImpl();
+  if (storage == nullptr) return;
+  try {
+    prefetch_lines(storage->data(), 64);
+  } catch (...) {  // a storage whose data may not be read: commit() reports it
+  }
+}
+
+constexpr int64_t kPrefetchBlock = 32;
+
+// A parameter with a gradient, checked, awaiting commit. Tensors are borrowed from Python
+// objects the plan holds references to: copying an at::Tensor that has a Python object costs
+// a GIL round trip in torch's reference counting, which would dominate a small parameter.
 struct Entry {
-  int64_t index;
-  at::Tensor param, grad, copy;
-  at::Tensor states[kMaxStates];  // undefined: absent, created at commit
-  py::object key;                 // the key of its state in the optimizer's state map
-  py::object state;               // its state dict (None: created at commit)
-  py::object step;                // its current step value (None: absent)
+  int64_t index = 0;
+  const at::Tensor* param = nullptr;      // the parameter object's tensor
+  const at::Tensor* grad_slot = nullptr;  // the parameter's .grad slot, re-read at commit
+  c10::TensorImpl* grad_seen = nullptr;   // the gradient that slot held when checked
+  const at::Tensor* states[kMaxStates] = {nullptr, nullptr, nullptr};  // null: created at commit
+  const at::Tensor* copy = nullptr;
+  PyObject* key = nullptr;    // the key of its state in the optimizer's state map
+  PyObject* state = nullptr;  // its state dict (null: created at commit)
+  PyObject* step = nullptr;   // its current step value (null: absent)
+  // The tensors commit() reads (param, grad, copy, step, states), for prefetching.
+  const c10::TensorImpl* impls[4 + kMaxStates] = {};
 };
 
 inline PyObject* variable_or_null(PyObject* object) {
   return object != nullptr && THPVariable_Check(object) ? object : nullptr;
 }
+
+// Looks up a tensor-keyed dict without running Tensor.__hash__ (Python code) per parameter.
+// torch's Tensor.__hash__ returns id(self), so a dict hashes a tensor key to its address; a
+// key type whose __hash__ is that function (checked once per type, against hash() itself) is
+// looked up with its address as the known hash, any other key through PyDict_GetItemWithError.
+class TensorKeyLookup {
+ public:
+  // The value for `key` (borrowed), or nullptr when absent; throws on a Python error.
+  PyObject* get(PyObject* dict, PyObject* key) {
+#if defined(PYPY_VERSION) || defined(Py_GIL_DISABLED)
+    PyObject* found = PyDict_GetItemWithError(dict, key);
+#else
+    PyObject* found =
+        hashes_by_address(key)
+            ? _PyDict_GetItem_KnownHash(dict, key, static_cast<Py_hash_t>(
+                                                       reinterpret_cast<uintptr_t>(key)))
+            : PyDict_GetItemWithError(dict, key);
+#endif
+    if (found == nullptr && PyErr_Occurred()) throw py::error_already_set();
+    return found;
+  }
+
+ private:
+  bool hashes_by_address(PyObject* key) {
+    if (reinterpret_cast<uintptr_t>(key) > uintptr_t(PY_SSIZE_T_MAX)) return false;
+    PyTypeObject* type = Py_TYPE(key);
+    if (type != checked_type_) {
+      checked_type_ = type;
+      type_ok_ = false;
+      if (THPVariableClass != nullptr && PyType_IsSubtype(type, reinterpret_cast<PyTypeObject*>(
+                                                                    THPVariableClass))) {
+        py::object ours = py::reinterpret_steal<py::object>(
+            PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), "__hash__"));
+        py::object tensors = py::reinterpret_steal<py::object>(
+            PyObject_GetAttrString(THPVariableClass, "__hash__"));
+        if (!ours || !tensors) throw py::error_already_set();
+        const Py_hash_t hash = PyObject_Hash(key);
+        if (hash == -1) throw py::error_already_set();
+        type_ok_ = ours.ptr() == tensors.ptr() &&
+                   hash == static_cast<Py_hash_t>(reinterpret_cast<uintptr_t>(key));
+      }
+    }
+    return type_ok_;
+  }
+
+  PyTypeObject* checked_type_ = nullptr;  // alive: a key of this type is alive in the plan
+  bool type_ok_ = false;
+};
+
+// References a plan owns, released when it dies (also when its constructor throws).
+class HeldReferences {
+ public:
+  HeldReferences() = default;
+  HeldReferences(const HeldReferences&) = delete;
+  HeldReferences& operator=(const HeldReferences&) = delete;
+  ~HeldReferences() {
+    for (PyObject* object : objects_) Py_DECREF(object);
+  }
+  void reserve(size_t count) { objects_.reserve(count); }
+  // Adopts a reference the caller owns.
+  void adopt(PyObject* object) { objects_.push_back(object); }
+
+ private:
+  std::vector<PyObject*> objects_;
+};
 
 // Everything one group step needs, validated; commit() applies the bookkeeping.
 class Plan {
@@ -111,9 +213,14 @@ class Plan {
       : state_map_(state_map), group_(group), low_precision_(low_precision_states) {
     for (auto item : specs) {
       auto pair = item.cast<py::tuple>();
-      specs_.push_back({pair[0].cast<std::string>(), pair[1].cast<double>()});
+      const std::string name = pair[0].cast<std::string>();
+      PyObject* key = PyUnicode_InternFromString(name.c_str());
+      if (key == nullptr) throw py::error_already_set();
+      specs_.push_back({name, pair[1].cast<double>(), py::reinterpret_steal<py::object>(key)});
     }
     if (specs_.size() > kMaxStates) throw std::logic_error("too many optimizer states");
+    step_key_ = py::reinterpret_steal<py::object>(PyUnicode_InternFromString("step"));
+    if (!step_key_) throw py::error_already_set();
     const bool has_copies = !copies.is_none();
     py::list copy_list;
     if (has_copies) {
@@ -126,19 +233,29 @@ class Plan {
     }
     const int64_t count = static_cast<int64_t>(py::len(params));
     entries_.reserve(count);
+    held_.reserve(count * (3 + specs_.size()));
+    if (!shared_key.is_none()) shared_key_ = hold(shared_key.ptr());
     for (int64_t i = 0; i < count; ++i) {
+      if (i % kPrefetchBlock == 0) {
+        prefetch_block(params.ptr(), has_copies ? copy_list.ptr() : nullptr, i,
+                       std::min(count, i + kPrefetchBlock));
+      }
       PyObject* object = PyList_GET_ITEM(params.ptr(), i);
       if (variable_or_null(object) == nullptr) {
         throw py::type_error(where(i) + "is a " + std::string(Py_TYPE(object)->tp_name) +
                              ", not a tensor; param groups hold tensors");
       }
       const at::Tensor& param = THPVariable_Unpack(object);
-      const at::Tensor& grad = param.grad();
+      // The .grad slot itself (TensorBase::grad() adds a non-leaf warning check).
+      const at::Tensor& grad = param.unsafeGetTensorImpl()->grad();
       if (!grad.defined()) continue;
       PyObject* copy = has_copies ? PyList_GET_ITEM(copy_list.ptr(), i) : Py_None;
-      add(i, object, param, grad, copy, shared_key);
+      add(i, hold(object), param, grad, copy);
     }
   }
+
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
 
   int64_t size() const { return static_cast<int64_t>(entries_.size()); }
 
@@ -148,43 +265,70 @@ class Plan {
   std::vector<Task> commit(std::vector<std::pair<at::Tensor, at::Tensor>>* after) {
     std::vector<Task> tasks;
     tasks.reserve(entries_.size());
-    for (Entry& entry : entries_) {
-      if (entry.state.is_none()) {
-        entry.state = py::dict();
-        if (PyDict_SetItem(state_map_.ptr(), entry.key.ptr(), entry.state.ptr()) != 0) {
+    const size_t count = entries_.size();
+    for (size_t k = 0; k < std::min<size_t>(count, kAhead); ++k) prefetch_entry(entries_[k]);
+    for (size_t k = 0; k < std::min<size_t>(count, kAhead / 2); ++k) {
+      for (const c10::TensorImpl* impl : entries_[k].impls) prefetch_storage(impl);
+    }
+    for (size_t k = 0; k < count; ++k) {
+      if (k + kAhead < count) prefetch_entry(entries_[k + kAhead]);
+      if (k + kAhead / 2 < count) {
+        for (const c10::TensorImpl* impl : entries_[k + kAhead / 2].impls) prefetch_storage(impl);
+      }
+      if (k + kAhead / 4 < count) {
+        for (const c10::TensorImpl* impl : entries_[k + kAhead / 4].impls) prefetch_data(impl);
+      }
+      Entry& entry = entries_[k];
+      const at::Tensor& grad = *entry.grad_slot;
+      if (grad.unsafeGetTensorImpl() != entry.grad_seen) {
+        throw std::runtime_error(where(entry.index) +
+                                 "had its gradient replaced while the step was prepared");
+      }
+      if (entry.state == nullptr) {
+        PyObject* created = PyDict_New();
+        if (created == nullptr) throw py::error_already_set();
+        held_.adopt(created);  // the plan's reference
+        entry.state = created;
+        if (PyDict_SetItem(state_map_.ptr(), entry.key, created) != 0) {
           throw py::error_already_set();
         }
       }
+      const at::Tensor& param_in = *entry.param;
       Task task;
-      task.n = entry.param.numel();
+      task.n = param_in.numel();
       for (size_t s = 0; s < specs_.size(); ++s) {
-        at::Tensor& value = entry.states[s];
-        if (!value.defined() || !value.is_contiguous()) {
-          value = value.defined() ? value.contiguous()
-                                  : at::full(entry.param.sizes(), specs_[s].initial,
-                                             at::TensorOptions().dtype(state_dtype(entry.param)));
-          set_item(entry.state, specs_[s].name.c_str(), value);
+        const at::Tensor* value = entry.states[s];
+        if (value == nullptr || !value->is_contiguous()) {
+          created_.push_back(value != nullptr
+                                 ? value->contiguous()
+                                 : at::full(param_in.sizes(), specs_[s].initial,
+                                            at::TensorOptions().dtype(state_dtype(param_in))));
+          value = &created_.back();
+          set_item(entry.state, specs_[s].key.ptr(), *value);
         }
-        to_dtype(value.scalar_type(), &task.states[s].type);
-        task.states[s].data = value.data_ptr();
+        to_dtype(value->scalar_type(), &task.states[s].type);
+        task.states[s].data = value->data_ptr();
       }
       task.step = advance_step(entry);
-      at::Tensor param = entry.param;
-      if (!param.is_contiguous()) {
-        at::Tensor work = param.contiguous();
-        after->emplace_back(param, work);
-        param = work;
+      const at::Tensor* param = &param_in;
+      if (!param_in.is_contiguous()) {
+        at::Tensor work = param_in.contiguous();
+        after->emplace_back(param_in, work);
+        param = &after->back().second;
       }
-      at::Tensor grad = entry.grad.is_contiguous() ? entry.grad : entry.grad.contiguous();
-      keep_.push_back(grad);
-      to_dtype(param.scalar_type(), &task.param.type);
-      task.param.data = param.data_ptr();
-      to_dtype(grad.scalar_type(), &task.grad.type);
-      task.grad.data = grad.data_ptr();
-      if (entry.copy.defined()) {
-        task.copy = entry.copy.data_ptr();
-        task.copy_kind = entry.copy.scalar_type() == c10::ScalarType::BFloat16 ? Copy::kBF16
-                                                                             : Copy::kFP16;
+      const at::Tensor* grad_in = &grad;
+      if (!grad.is_contiguous()) {
+        keep_.push_back(grad.contiguous());
+        grad_in = &keep_.back();
+      }
+      to_dtype(param->scalar_type(), &task.param.type);
+      task.param.data = param->data_ptr();
+      to_dtype(grad_in->scalar_type(), &task.grad.type);
+      task.grad.data = grad_in->data_ptr();
+      if (entry.copy != nullptr) {
+        task.copy = entry.copy->data_ptr();
+        task.copy_kind = entry.copy->scalar_type() == c10::ScalarType::BFloat16 ? Copy::kBF16
+                                                                                : Copy::kFP16;
       }
       tasks.push_back(task);
     }
@@ -192,6 +336,92 @@ class Plan {
   }
 
  private:
+  static constexpr size_t kAhead = 8;  // entries commit() prefetches ahead
+
+  // Requests, level by level, the metadata add() reads for params [begin, end): objects,
+  // tensors, autograd metas and state-map entries, then grads, state dicts and state tensors.
+  // The state map is looked up here once; add() takes the answer from found_.
+  void prefetch_block(PyObject* params, PyObject* copies, int64_t begin, int64_t end) {
+    const int64_t n = end - begin;
+    const c10::TensorImpl* impls[kPrefetchBlock] = {};
+    for (int64_t k = 0; k < n; ++k) {
+      prefetch_lines(PyList_GET_ITEM(params, begin + k), 64);
+      if (copies != nullptr) prefetch_lines(PyList_GET_ITEM(copies, begin + k), 64);
+    }
+    for (int64_t k = 0; k < n; ++k) {
+      PyObject* object = PyList_GET_ITEM(params, begin + k);
+      if (THPVariable_CheckExact(object)) {
+        impls[k] = THPVariable_Unpack(object).unsafeGetTensorImpl();
+        prefetch_impl(impls[k]);
+      }
+      if (copies != nullptr && THPVariable_CheckExact(PyList_GET_ITEM(copies, begin + k))) {
+        prefetch_impl(THPVariable_Unpack(PyList_GET_ITEM(copies, begin + k)).unsafeGetTensorImpl());
+      }
+    }
+    found_begin_ = begin;
+    for (int64_t k = 0; k < n; ++k) {
+      PyObject* key = shared_key_ != nullptr ? shared_key_ : PyList_GET_ITEM(params, begin + k);
+      found_[k] = kLookUpAgain;
+      if (impls[k] == nullptr) continue;  // not a tensor: add() reports it
+      try {
+        found_[k] = lookup_.get(state_map_.ptr(), key);
+      } catch (py::error_already_set&) {
+        continue;  // add() looks up again and raises in parameter order
+      }
+      if (found_[k] != nullptr) prefetch_lines(found_[k], 64);
+    }
+    for (int64_t k = 0; k < n; ++k) {
+      if (impls[k] != nullptr) prefetch_lines(impls[k]->autograd_meta(), 128);
+      if (found_[k] != nullptr && found_[k] != kLookUpAgain && PyDict_Check(found_[k])) {
+        prefetch_lines(reinterpret_cast<PyDictObject*>(found_[k])->ma_keys, 192);
+      }
+    }
+    PyObject* values[kPrefetchBlock][kMaxStates + 1] = {};
+    for (int64_t k = 0; k < n; ++k) {
+      if (impls[k] != nullptr) prefetch_impl(impls[k]->grad().unsafeGetTensorImpl());
+      PyObject* found = found_[k];
+      if (found == nullptr || found == kLookUpAgain || !PyDict_CheckExact(found)) continue;
+      for (size_t s = 0; s <= specs_.size(); ++s) {
+        PyObject* key = s < specs_.size() ? specs_[s].key.ptr() : step_key_.ptr();
+        values[k][s] = PyDict_GetItemWithError(found, key);
+        if (values[k][s] == nullptr) PyErr_Clear();
+        else prefetch_lines(values[k][s], 64);
+      }
+    }
+    for (int64_t k = 0; k < n; ++k) {
+      for (size_t s = 0; s <= specs_.size(); ++s) {
+        PyObject* value = values[k][s];
+        if (value != nullptr && THPVariable_CheckExact(value)) {
+          prefetch_impl(THPVariable_Unpack(value).unsafeGetTensorImpl());
+        }
+      }
+    }
+  }
+
+  // Requests an entry's Python objects and tensors, ahead of commit() reading them.
+  void prefetch_entry(const Entry& entry) const {
+    prefetch_lines(entry.param, 64);
+    for (const at::Tensor* state : entry.states) {
+      if (state != nullptr) prefetch_lines(state, 64);
+    }
+    if (entry.step != nullptr) prefetch_lines(entry.step, 64);
+    for (const c10::TensorImpl* impl : entry.impls) prefetch_impl(impl);
+  }
+
+  // One state tensor an optimizer keeps per parameter: its key (interned) and initial value.
+  struct Spec {
+    std::string name;
+    double initial;
+    py::object key;
+  };
+
+  // Keeps `object` alive as long as the plan; returns it.
+  PyObject* hold(PyObject* object) {
+    Py_INCREF(object);
+    held_.adopt(object);
+    return object;
+  }
+
   std::string where(int64_t index) const {
     return "group " + std::to_string(group_) + " param " + std::to_string(index) + " ";
   }
@@ -201,8 +431,9 @@ class Plan {
   }
 
   void add(int64_t i, PyObject* object, const at::Tensor& param, const at::Tensor& grad,
-           PyObject* copy, py::object shared_key) {
-    auto shape = [&param] { return shape_str(param.sizes()); };  // only on errors
+           PyObject* copy) {
+    const at::IntArrayRef sizes = param.sizes();
+    auto shape = [&sizes] { return shape_str(sizes); };  // only on errors
     DType type;
     if (!param.device().is_cpu() || !to_dtype(param.scalar_type(), &type)) {
       throw py::type_error(where(i) + "is " + dtype_str(param.scalar_type()) + " on " +
@@ -219,17 +450,16 @@ class Plan {
                            " on " + grad.device().str() +
                            "; gradients must be float32, bfloat16 or float16 CPU tensors");
     }
-    if (!grad.sizes().equals(param.sizes())) {
+    if (!grad.sizes().equals(sizes)) {
       throw py::value_error(where(i) + "has shape " + shape() + " but its gradient has shape " +
                             shape_str(grad.sizes()));
     }
     Entry entry;
     entry.index = i;
-    entry.param = param;
-    entry.grad = grad;
-    entry.key = shared_key.is_none() ? py::reinterpret_borrow<py::object>(object) : shared_key;
-    entry.state = py::none();
-    entry.step = py::none();
+    entry.param = &param;
+    entry.grad_slot = &grad;
+    entry.grad_seen = grad.unsafeGetTensorImpl();
+    entry.key = shared_key_ != nullptr ? shared_key_ : object;
     if (copy != Py_None) {
       if (variable_or_null(copy) == nullptr) {
         throw py::type_error(where(i) + "has a copy of type " +
@@ -250,27 +480,29 @@ class Plan {
             " does not match parameter of shape " + shape() +
             "; allocate it with torch.empty_like(param, dtype=torch.bfloat16)");
       }
-      entry.copy = tensor;
+      hold(copy);
+      entry.copy = &tensor;
     }
-    PyObject* found = PyDict_GetItemWithError(state_map_.ptr(), entry.key.ptr());
-    if (found == nullptr && PyErr_Occurred()) throw py::error_already_set();
+    PyObject* found = found_[i - found_begin_];
+    if (found == kLookUpAgain) found = lookup_.get(state_map_.ptr(), entry.key);
     if (found != nullptr) {
       if (!PyDict_Check(found)) {
         throw py::type_error(where(i) + "has a state of type " +
                              std::string(Py_TYPE(found)->tp_name) + "; optimizer states are dicts");
       }
-      entry.state = py::reinterpret_borrow<py::object>(found);
+      entry.state = hold(found);
       for (size_t s = 0; s < specs_.size(); ++s) {
-        PyObject* value = PyDict_GetItemString(found, specs_[s].name.c_str());
+        PyObject* value = PyDict_GetItemWithError(found, specs_[s].key.ptr());
+        if (value == nullptr && PyErr_Occurred()) throw py::error_already_set();
         if (value == nullptr || value == Py_None) continue;  // absent: created at commit
-        const std::string key = "state '" + specs_[s].name + "' ";
+        auto key = [this, s] { return "state '" + specs_[s].name + "' "; };
         if (variable_or_null(value) == nullptr) {
-          throw py::type_error(where(i) + key + "is a " + std::string(Py_TYPE(value)->tp_name) +
-                               ", not a tensor");
+          throw py::type_error(where(i) + key() + "is a " +
+                               std::string(Py_TYPE(value)->tp_name) + ", not a tensor");
         }
         const at::Tensor& tensor = THPVariable_Unpack(value);
-        if (!tensor.sizes().equals(param.sizes())) {
-          throw py::value_error(where(i) + key + "has shape " + shape_str(tensor.sizes()) +
+        if (!tensor.sizes().equals(sizes)) {
+          throw py::value_error(where(i) + key() + "has shape " + shape_str(tensor.sizes()) +
                                 " but the parameter has shape " + shape() +
                                 "; the state belongs to another parameter (was a state dict "
                                 "loaded after the parameters changed or were re-ordered?)");
@@ -279,7 +511,7 @@ class Plan {
         if (tensor.scalar_type() != expected || !tensor.device().is_cpu() ||
             tensor.layout() != c10::kStrided) {
           throw py::type_error(
-              where(i) + key + "is " + dtype_str(tensor.scalar_type()) + " on " +
+              where(i) + key() + "is " + dtype_str(tensor.scalar_type()) + " on " +
               tensor.device().str() + "; expected a dense " + dtype_str(expected) +
               " CPU tensor" +
               (low_precision_ ? " (fp32_optimizer_states=False keeps states in the parameter's "
@@ -287,15 +519,26 @@ class Plan {
                               : " (optimizer states are float32 unless fp32_optimizer_states="
                                 "False)"));
         }
-        entry.states[s] = tensor;
+        hold(value);
+        entry.states[s] = &tensor;
       }
-      PyObject* step = PyDict_GetItemString(found, "step");
+      PyObject* step = PyDict_GetItemWithError(found, step_key_.ptr());
+      if (step == nullptr && PyErr_Occurred()) throw py::error_already_set();
       if (step != nullptr && step != Py_None) {  // None: no count yet, as 0
         check_step(i, step);
-        entry.step = py::reinterpret_borrow<py::object>(step);
+        entry.step = hold(step);
       }
     }
-    entries_.push_back(std::move(entry));
+    entry.impls[0] = param.unsafeGetTensorImpl();
+    entry.impls[1] = entry.grad_seen;
+    if (entry.copy != nullptr) entry.impls[2] = entry.copy->unsafeGetTensorImpl();
+    if (entry.step != nullptr && THPVariable_CheckExact(entry.step)) {
+      entry.impls[3] = THPVariable_Unpack(entry.step).unsafeGetTensorImpl();
+    }
+    for (size_t s = 0; s < specs_.size(); ++s) {
+      if (entry.states[s] != nullptr) entry.impls[4 + s] = entry.states[s]->unsafeGetTensorImpl();
+    }
+    entries_.push_back(entry);
   }
 
   void check_step(int64_t i, PyObject* step) const {
@@ -317,21 +560,22 @@ class Plan {
                          "; expected a number or a one-element tensor");
   }
 
-  static void set_item(const py::object& dict, const char* name, const at::Tensor& value) {
+  static void set_item(PyObject* dict, PyObject* key, const at::Tensor& value) {
     PyObject* wrapped = THPVariable_Wrap(value);
     if (wrapped == nullptr) throw py::error_already_set();
-    const int failed = PyDict_SetItemString(dict.ptr(), name, wrapped);
+    const int failed = PyDict_SetItem(dict, key, wrapped);
     Py_DECREF(wrapped);
     if (failed != 0) throw py::error_already_set();
   }
 
   // Adds one to the step count, keeping its kind (torch's float tensor, DeepSpeed's int).
   double advance_step(Entry& entry) {
-    if (entry.step.is_none()) {
-      set_item(entry.state, "step", at::full({}, 1.0, at::TensorOptions().dtype(at::kFloat)));
+    if (entry.step == nullptr) {
+      set_item(entry.state, step_key_.ptr(),
+               at::full({}, 1.0, at::TensorOptions().dtype(at::kFloat)));
       return 1.0;
     }
-    PyObject* step = entry.step.ptr();
+    PyObject* step = entry.step;
     if (variable_or_null(step) != nullptr) {
       const at::Tensor& tensor = THPVariable_Unpack(step);
       void* data = tensor.data_ptr();
@@ -342,8 +586,8 @@ class Plan {
         default: return double(*static_cast<int32_t*>(data) += 1);
       }
     }
-    py::object next = entry.step + py::int_(1);
-    if (PyDict_SetItemString(entry.state.ptr(), "step", next.ptr()) != 0) {
+    py::object next = py::reinterpret_borrow<py::object>(step) + py::int_(1);
+    if (PyDict_SetItem(entry.state, step_key_.ptr(), next.ptr()) != 0) {
       throw py::error_already_set();
     }
     return next.cast<double>();
@@ -352,9 +596,18 @@ class Plan {
   py::dict state_map_;
   int group_;
   bool low_precision_;
-  std::vector<StateSpec> specs_;
+  std::vector<Spec> specs_;
+  py::object step_key_;
+  PyObject* shared_key_ = nullptr;
+  TensorKeyLookup lookup_;
+  // The state-map answers of the block prefetch_block() last read (kLookUpAgain: not looked up).
+  static inline PyObject* const kLookUpAgain = reinterpret_cast<PyObject*>(uintptr_t(1));
+  PyObject* found_[kPrefetchBlock] = {};
+  int64_t found_begin_ = 0;
   std::vector<Entry> entries_;
-  std::vector<at::Tensor> keep_;  // contiguous gradient copies, alive until the plan dies
+  HeldReferences held_;
+  std::deque<at::Tensor> keep_;       // contiguous gradient copies, alive until the plan dies
+  std::deque<at::Tensor> created_;    // states created or made contiguous at commit
 };
 
 // fp32 view of `n` elements of an operand from `offset`: the operand itself when it is fp32,
@@ -468,6 +721,21 @@ inline void bind_plan(py::module_& m) {
       "Check one param group's parameters, gradients, states and copies; write nothing.",
       py::arg("params"), py::arg("state"), py::arg("shared_key"), py::arg("copies"),
       py::arg("specs"), py::arg("low_precision_states"), py::arg("group"));
+  m.def(
+      "sparse_grad_indices",
+      [](py::list params) {
+        py::list found;
+        const Py_ssize_t count = PyList_GET_SIZE(params.ptr());
+        for (Py_ssize_t i = 0; i < count; ++i) {
+          PyObject* object = PyList_GET_ITEM(params.ptr(), i);
+          if (variable_or_null(object) == nullptr) continue;  // prepare() reports it
+          const at::Tensor& grad = THPVariable_Unpack(object).unsafeGetTensorImpl()->grad();
+          if (grad.defined() && grad.layout() == c10::kSparse) found.append(i);
+        }
+        return found;
+      },
+      "Indices of the parameters in `params` whose gradient is a sparse COO tensor.",
+      py::arg("params"));
   m.def("simd_level", &simd_level, "The vector instruction set compiled in.");
 }
 
