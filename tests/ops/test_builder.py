@@ -39,10 +39,27 @@ def tmp_builder(source_dir: Path, code: str, name: str = "tmp_op") -> OpBuilder:
     return TmpBuilder()
 
 
+def c_module(init: str = "return PyModule_Create(&module_def);") -> str:
+    """A Python module in plain C API with ``answer() == 42``: it compiles in well under a second,
+    where pybind11's headers take several (these tests are about building, not binding)."""
+    return (
+        "#include <Python.h>\n"
+        "#define CAT_(a, b) a##b\n#define CAT(a, b) CAT_(a, b)\n"
+        "#define STR_(a) #a\n#define STR(a) STR_(a)\n"
+        "static PyObject* answer(PyObject*, PyObject*) { return PyLong_FromLong(42); }\n"
+        'static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, nullptr},\n'
+        "                                {nullptr, nullptr, 0, nullptr}};\n"
+        "static PyModuleDef module_def = {PyModuleDef_HEAD_INIT, STR(TORCH_EXTENSION_NAME),\n"
+        "                                 nullptr, -1, methods};\n"
+        f"PyMODINIT_FUNC CAT(PyInit_, TORCH_EXTENSION_NAME)(void) {{ {init} }}\n"
+    )
+
+
+#: A tiny op answering 42.
+TINY_OP = c_module()
+
 BROKEN_SOURCE = """
-#include <pybind11/pybind11.h>
 int broken() { return undefined_symbol_here + 1; }
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("broken", &broken); }
 """
 
 
@@ -105,10 +122,7 @@ def test_two_processes_building_the_same_op_at_once_both_succeed(
     tmp_path: Path, run_python: RunPython
 ) -> None:
     source = tmp_path / "race_op.cpp"
-    source.write_text(
-        "#include <pybind11/pybind11.h>\n"
-        'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("answer", [] { return 42; }); }\n'
-    )
+    source.write_text(TINY_OP)
     code = (
         "from anyaccel.ops.builder import OpBuilder\n"
         "class RaceBuilder(OpBuilder):\n"
@@ -172,16 +186,14 @@ def test_a_second_load_after_a_failed_build_says_the_build_failed(tmp_path: Path
 
 def test_missing_ninja_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(builder_module, "find_ninja", lambda: None)
-    source = "#include <pybind11/pybind11.h>\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}\n"
     with pytest.raises(BuildToolMissingError, match="pip install ninja"):
-        tmp_builder(tmp_path, source, name="needs_ninja").load()
+        tmp_builder(tmp_path, TINY_OP, name="needs_ninja").load()
 
 
 def test_missing_compiler_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("CXX", "/nonexistent/g++")
-    source = "#include <pybind11/pybind11.h>\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}\n"
     with pytest.raises(BuildToolMissingError, match="install g\\+\\+"):
-        tmp_builder(tmp_path, source, name="needs_cxx").load()
+        tmp_builder(tmp_path, TINY_OP, name="needs_cxx").load()
 
 
 def test_toolchain_problem_is_none_when_tools_are_present() -> None:
@@ -196,9 +208,7 @@ def test_compatibility_reports_missing_tools(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_a_stale_torch_lock_file_does_not_block_a_build(tmp_path: Path) -> None:
-    source = "#include <pybind11/pybind11.h>\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n"
-    source += '  m.def("answer", [] { return 42; });\n}\n'
-    builder = tmp_builder(tmp_path, source, name="stale_lock")
+    builder = tmp_builder(tmp_path, TINY_OP, name="stale_lock")
     build_dir = Path(builder.plan().build_directory)
     build_dir.mkdir(parents=True)
     (build_dir / "lock").write_text("")  # left by a killed torch build

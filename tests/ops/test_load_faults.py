@@ -27,7 +27,7 @@ from anyaccel.ops.cpu_features import (
 from anyaccel.ops.errors import ExtensionsDirError, OpLoadError, OpNotAvailableError
 
 from .conftest import _run_python
-from .test_builder import tmp_builder
+from .test_builder import TINY_OP, c_module, tmp_builder
 
 RunPython = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -35,17 +35,11 @@ AVX2_ONLY = frozenset({"sse2", "avx", "avx2", "fma", "f16c"})
 AVX512 = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma", "f16c"})
 
 #: A tiny op, quick to compile, written to a directory the test chooses.
-SMALL_OP = """
-#include <pybind11/pybind11.h>
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("answer", [] { return 42; }); }
-"""
+SMALL_OP = TINY_OP
 
-#: Compiles and links, but the loader refuses it: its module initialisation throws.
-REFUSED_OP = """
-#include <pybind11/pybind11.h>
-#include <stdexcept>
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { throw std::runtime_error("refused by init"); }
-"""
+#: Compiles and links, but the loader refuses it: its module initialisation raises ImportError.
+REFUSED_OP = c_module('PyErr_SetString(PyExc_ImportError, "refused by init"); return nullptr;')
+
 
 #: Defines ``SmallBuilder`` for the op source in ``SOURCE_DIR`` (an environment variable).
 SMALL_BUILDER = """
