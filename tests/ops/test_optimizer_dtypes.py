@@ -185,3 +185,37 @@ def test_same_results_as_deepspeed_adam(dtype: torch.dtype, fp32_states: bool) -
     for p, q in zip(ours, theirs, strict=True):
         norm_close(p, q, 1e-2)
         torch.testing.assert_close(p.float(), q.float(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("options", [{}, {"amsgrad": True}, {"weight_decay": 0.1}])
+@pytest.mark.parametrize("adamw_mode", [False, True])
+def test_bf16_adam_fused_pass_matches_the_chunked_pass_bit_for_bit(
+    options: dict[str, object], adamw_mode: bool
+) -> None:
+    """bf16 params and grads with fp32 states take a fused pass; with a copy, the chunked one."""
+    from anyaccel.ops.adam import CPUAdam
+
+    results = []
+    for with_copy in (False, True):
+        torch.manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(n).to(torch.bfloat16)) for n in (5, 70_001)]
+        optimizer = CPUAdam(params, lr=1e-2, adamw_mode=adamw_mode, **options)  # type: ignore[arg-type]
+        copies = [torch.empty_like(p, dtype=torch.bfloat16) for p in params]
+        generator = torch.Generator().manual_seed(1)
+        for _ in range(3):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=generator).to(torch.bfloat16)
+            optimizer.step(fp16_param_groups=[copies] if with_copy else None)
+        results.append(
+            [p.detach().view(torch.int16).clone() for p in params]
+            + [
+                v.view(torch.int32).clone()
+                for p in params
+                for k, v in optimizer.state[p].items()
+                if k != "step"
+            ]
+        )
+    fused, chunked = results
+    assert len(fused) == len(chunked)
+    for left, right in zip(fused, chunked, strict=True):
+        assert torch.equal(left, right)

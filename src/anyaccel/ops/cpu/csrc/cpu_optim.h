@@ -161,6 +161,14 @@ inline void write_copy(Copy kind, const float* src, void* dst, int64_t offset, i
   }
 }
 
+// One bf16 value widened to fp32 (exact: bf16 is fp32's upper half).
+inline float bf16_to_float(uint16_t half) {
+  const uint32_t bits = uint32_t(half) << 16;
+  float out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
 // Widens bf16 to fp32 (exact: bf16 is fp32's upper half).
 inline void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   uint32_t* bits = reinterpret_cast<uint32_t*>(dst);

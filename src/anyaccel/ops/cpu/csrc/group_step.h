@@ -658,8 +658,8 @@ inline void run_task_range(const Task& task, int64_t begin, int64_t end, const M
 
 // Spreads all tasks' elements evenly over one parallel region (by element count, so a group of
 // many small tensors balances as well as one big tensor), calling math on each thread's part.
-template <int kStates, typename Math>
-inline void run_group(const std::vector<Task>& tasks, int threads, const Math& math) {
+template <typename Range>
+inline void run_group(const std::vector<Task>& tasks, int threads, const Range& range) {
   std::vector<int64_t> offsets(tasks.size() + 1, 0);
   for (size_t t = 0; t < tasks.size(); ++t) offsets[t + 1] = offsets[t] + tasks[t].n;
   const int64_t total = offsets.back();
@@ -673,7 +673,7 @@ inline void run_group(const std::vector<Task>& tasks, int threads, const Math& m
     size_t t = std::upper_bound(offsets.begin(), offsets.end(), lo) - offsets.begin() - 1;
     while (lo < hi && t < tasks.size()) {
       const int64_t end = std::min(hi, offsets[t + 1]);
-      if (end > lo) run_task_range<kStates>(tasks[t], lo - offsets[t], end - offsets[t], math);
+      if (end > lo) range(tasks[t], lo - offsets[t], end - offsets[t]);
       lo = std::max(lo, end);
       ++t;
     }
@@ -688,9 +688,12 @@ inline void run_group(const std::vector<Task>& tasks, int threads, const Math& m
   body(0, 1);
 }
 
-// Runs a prepared group: commit (with the GIL), kernel (without), copy-backs (with).
-template <int kStates, typename Scalars, typename Math>
-inline void step_group(Plan& plan, int threads, const Scalars& per_task, const Math& math) {
+// Runs a prepared group: commit (with the GIL), kernel (without), copy-backs (with). `direct`
+// may take a task's range whole (a fused loop for one combination of operand dtypes) and return
+// true; any other range is run through fp32 chunk buffers by `math`.
+template <int kStates, typename Scalars, typename Math, typename Direct>
+inline void step_group(Plan& plan, int threads, const Scalars& per_task, const Math& math,
+                       const Direct& direct) {
   std::vector<std::pair<at::Tensor, at::Tensor>> after;
   std::vector<Task> tasks = plan.commit(&after);
   std::vector<decltype(per_task(tasks[0]))> scalars;
@@ -699,12 +702,23 @@ inline void step_group(Plan& plan, int threads, const Scalars& per_task, const M
   {
     py::gil_scoped_release release;
     const Task* first = tasks.data();
-    run_group<kStates>(tasks, threads,
-                       [&](float* p, const float* g, float* const* s, int64_t n, const Task& task) {
-                         math(p, g, s, n, scalars[&task - first]);
-                       });
+    run_group(tasks, threads, [&](const Task& task, int64_t begin, int64_t end) {
+      const auto& scalar = scalars[&task - first];
+      if (direct(task, begin, end, scalar)) return;
+      run_task_range<kStates>(
+          task, begin, end,
+          [&](float* p, const float* g, float* const* s, int64_t n, const Task&) {
+            math(p, g, s, n, scalar);
+          });
+    });
   }
   for (auto& [param, work] : after) param.copy_(work);
+}
+
+template <int kStates, typename Scalars, typename Math>
+inline void step_group(Plan& plan, int threads, const Scalars& per_task, const Math& math) {
+  step_group<kStates>(plan, threads, per_task, math,
+                      [](const Task&, int64_t, int64_t, const auto&) { return false; });
 }
 
 // Binds the Plan type and prepare() into an optimizer's module.
