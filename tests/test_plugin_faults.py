@@ -266,7 +266,10 @@ warnings.simplefilter("ignore")
 import anyaccel
 detecting = threading.Thread(target=anyaccel.get_accelerator, daemon=True)
 detecting.start()
-while "board_plugin" not in sys.modules or not sys.modules["board_plugin"].IN_PROBE.is_set():
+def in_probe():  # the module appears in sys.modules before its body has run
+    event = getattr(sys.modules.get("board_plugin"), "IN_PROBE", None)
+    return event is not None and event.is_set()
+while not in_probe():
     time.sleep(0.01)
 pid = os.fork()
 if pid == 0:
