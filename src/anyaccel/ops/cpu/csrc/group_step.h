@@ -148,7 +148,9 @@ class TensorKeyLookup {
  public:
   // The value for `key` (borrowed), or nullptr when absent; throws on a Python error.
   PyObject* get(PyObject* dict, PyObject* key) {
-#if defined(PYPY_VERSION) || defined(Py_GIL_DISABLED)
+    // _PyDict_GetItem_KnownHash is CPython's own (checked in the 3.10-3.13 headers); elsewhere,
+    // and on releases not checked yet, the public lookup is used.
+#if defined(PYPY_VERSION) || defined(Py_GIL_DISABLED) || PY_VERSION_HEX >= 0x030E0000
     PyObject* found = PyDict_GetItemWithError(dict, key);
 #else
     PyObject* found =
