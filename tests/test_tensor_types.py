@@ -91,4 +91,6 @@ def test_cpu_types_behave_like_torch_legacy_types(name: str, dtype: torch.dtype)
     legacy = getattr(torch, name)
     assert ours(2).shape == legacy(2).shape and ours(2).dtype == legacy(2).dtype == dtype
     assert ours([1, 2]).tolist() == legacy([1, 2]).tolist()
+    made = ours([1, 2, 3])
+    assert made.dtype == dtype and made.device.type == "cpu" and made.tolist() == [1, 2, 3]
     assert isinstance(legacy([1]), ours) and isinstance(ours([1]), legacy)

@@ -238,26 +238,6 @@ def test_fp16_follows_onednn(acc: CpuAccelerator) -> None:
     assert acc.is_fp16_supported() == bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
 
 
-@pytest.mark.parametrize(
-    ("prop", "dtype"),
-    [
-        ("BFloat16Tensor", torch.bfloat16),
-        ("ByteTensor", torch.uint8),
-        ("DoubleTensor", torch.float64),
-        ("FloatTensor", torch.float32),
-        ("HalfTensor", torch.float16),
-        ("IntTensor", torch.int32),
-        ("LongTensor", torch.int64),
-    ],
-)
-def test_tensor_types_make_cpu_tensors(acc: CpuAccelerator, prop: str, dtype: torch.dtype) -> None:
-    factory = getattr(acc, prop)
-    tensor = factory([1, 2, 3])
-    assert tensor.dtype == dtype
-    assert tensor.device.type == "cpu"
-    assert tensor.tolist() == [1, 2, 3]
-
-
 # ---------------------------------------------------------------- pinning & placement
 def test_pin_memory_returns_the_tensor_itself_as_deepspeeds_cpu_accelerator(
     acc: CpuAccelerator,
