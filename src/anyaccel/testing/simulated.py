@@ -20,7 +20,6 @@ import functools
 import importlib.abc
 import importlib.machinery
 import os
-import re
 import sys
 import types
 from collections import OrderedDict
@@ -945,12 +944,14 @@ def simulate_xpu(
         packages["intel_extension_for_deepspeed"] = _package_module(
             "intel_extension_for_deepspeed", XPU_Accelerator=accelerator_class
         )
-    # Native torch.xpu as anyaccel drives it comes with torch >= 2.8: on an older torch the
-    # simulated machine reports that release, as a real XPU build would.
+    # Native torch.xpu as anyaccel drives it comes with a newer torch than some users have: on
+    # an older torch the simulated machine reports that release, as a real XPU build would.
+    from anyaccel.backends import xpu as xpu_backend
+
     release: tuple[object, str, object] | None = None
-    match = re.match(r"(\d+)\.(\d+)", str(torch.__version__))
-    if path == "native" and match and (int(match.group(1)), int(match.group(2))) < (2, 8):
-        release = (torch, "__version__", TorchVersion("2.8.0"))
+    if path == "native" and xpu_backend._torch_release() < xpu_backend.NATIVE_MIN_TORCH:
+        needed = ".".join(map(str, xpu_backend.NATIVE_MIN_TORCH))
+        release = (torch, "__version__", TorchVersion(f"{needed}.0"))
     with _simulate_runtime(module, packages, *([release] if release else [])):
         yield module
 
