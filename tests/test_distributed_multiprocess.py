@@ -39,14 +39,23 @@ def base_env() -> dict[str, str]:
     return env
 
 
-def start_ranks(script: str, world_size: int = 2, *args: str) -> list[subprocess.Popen[str]]:
-    """``world_size`` processes of ``script`` with torchrun's variables on 127.0.0.1."""
+def start_ranks(
+    script: str, world_size: int = 2, *args: str, nodes: int = 1
+) -> list[subprocess.Popen[str]]:
+    """``world_size`` processes of ``script`` with torchrun's variables on 127.0.0.1.
+
+    With ``nodes`` > 1 the ranks are split evenly into that many nodes, as ``torchrun --nnodes``
+    numbers them (``GROUP_RANK``, local ranks from 0 on each node).
+    """
     port = free_port()
+    per_node = world_size // nodes
     procs = []
     for rank in range(world_size):
         env = base_env()
-        env.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-                   LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+        env.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank % per_node),
+                   LOCAL_WORLD_SIZE=str(per_node), GROUP_RANK=str(rank // per_node),
+                   GROUP_WORLD_SIZE=str(nodes), ROLE_RANK=str(rank),
+                   ROLE_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port))  # fmt: skip
         procs.append(
             subprocess.Popen(
@@ -254,25 +263,12 @@ TWO_NODES = textwrap.dedent(
 
 
 def test_two_node_job_falls_back_to_torch_distributed() -> None:
-    # The variables `torchrun --nnodes 2 --nproc-per-node 1` gives each node's rank (two
-    # torchrun agents on one host are themselves flaky: their exit barrier can stall for minutes).
-    port = free_port()
-    procs = []
-    for node in (0, 1):
-        env = base_env()
-        env.update(RANK=str(node), WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                   GROUP_RANK=str(node), GROUP_WORLD_SIZE="2", ROLE_RANK=str(node),
-                   ROLE_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", TWO_NODES],
-                env=env,
-                text=True,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-        )
-    results = [json.loads(out.strip().splitlines()[-1]) for out in finish(procs)]
+    # One rank per node, as `torchrun --nnodes 2 --nproc-per-node 1` starts them (two torchrun
+    # agents on one host are themselves flaky: their exit barrier can stall for minutes).
+    results = [
+        json.loads(out.strip().splitlines()[-1])
+        for out in finish(start_ranks(TWO_NODES, 2, nodes=2))
+    ]
     for result in results:
         assert result["sum"] == [3.0]
         assert result["status"] == "the group's ranks run on more than one node"
