@@ -34,9 +34,6 @@ RunPython = Callable[..., subprocess.CompletedProcess[str]]
 AVX2_ONLY = frozenset({"sse2", "avx", "avx2", "fma", "f16c"})
 AVX512 = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma", "f16c"})
 
-#: A tiny op, quick to compile, written to a directory the test chooses.
-SMALL_OP = TINY_OP
-
 #: Compiles and links, but the loader refuses it: its module initialisation raises ImportError.
 REFUSED_OP = c_module('PyErr_SetString(PyExc_ImportError, "refused by init"); return nullptr;')
 
@@ -60,7 +57,7 @@ def small_op_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     root = tmp_path_factory.mktemp("small_op")
     source_dir, cache = root / "src", root / "cache"
     source_dir.mkdir()
-    (source_dir / "small.cpp").write_text(SMALL_OP)
+    (source_dir / "small.cpp").write_text(TINY_OP)
     env = {"SOURCE_DIR": str(source_dir), "TORCH_EXTENSIONS_DIR": str(cache)}
     first = _run_python(SMALL_BUILDER + "\n    print(SmallBuilder().load().answer())", env=env)
     assert first.returncode == 0 and first.stdout.strip() == "42", first.stderr[-2000:]
@@ -152,7 +149,7 @@ def test_extensions_dir_that_is_a_file_is_an_op_error_naming_path_and_fix(
     not_a_dir.write_text("not a directory")
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(not_a_dir))
     with pytest.raises(ExtensionsDirError) as caught:
-        tmp_builder(tmp_path, SMALL_OP, name="fault_file_dir").load()
+        tmp_builder(tmp_path, TINY_OP, name="fault_file_dir").load()
     message = str(caught.value)
     assert f"TORCH_EXTENSIONS_DIR={not_a_dir}" in message
     assert f"{not_a_dir} is a file, not a directory" in message
@@ -167,7 +164,7 @@ def test_extensions_dir_under_a_file_is_an_op_error(
     blocker.write_text("")
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(blocker / "cache"))
     with pytest.raises(ExtensionsDirError, match=f"{blocker} is a file, not a directory"):
-        tmp_builder(tmp_path, SMALL_OP, name="fault_under_file").load()
+        tmp_builder(tmp_path, TINY_OP, name="fault_under_file").load()
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
@@ -177,7 +174,7 @@ def test_extensions_dir_nobody_can_write_is_an_op_error_even_for_root(
     # /proc refuses new entries to every user, root included (where os.access says "writable").
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/proc")
     with pytest.raises(ExtensionsDirError) as caught:
-        tmp_builder(tmp_path, SMALL_OP, name="fault_proc").load()
+        tmp_builder(tmp_path, TINY_OP, name="fault_proc").load()
     assert "TORCH_EXTENSIONS_DIR=/proc is not a writable directory" in str(caught.value)
 
 
@@ -190,7 +187,7 @@ def test_extensions_dir_without_write_permission_is_an_op_error(
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(locked))
     try:
         with pytest.raises(ExtensionsDirError, match="Permission denied"):
-            tmp_builder(tmp_path, SMALL_OP, name="fault_locked").load()
+            tmp_builder(tmp_path, TINY_OP, name="fault_locked").load()
     finally:
         locked.chmod(0o700)
 
@@ -213,7 +210,7 @@ def test_no_raw_os_error_escapes_load(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(builder_module, "_compile", disk_full)
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "cache"))
     with pytest.raises(OpLoadError, match="No space left on device") as caught:
-        tmp_builder(tmp_path, SMALL_OP, name="fault_disk_full").load()
+        tmp_builder(tmp_path, TINY_OP, name="fault_disk_full").load()
     assert str(tmp_path / "cache") in str(caught.value)
 
 

@@ -291,8 +291,10 @@ class OpBuilder:
         cflags = tuple(self.cxx_args())
         cuda_cflags = tuple(self.nvcc_args()) if self.with_cuda() else ()
         ldflags = tuple(self.extra_ldflags())
-        key = self._build_key(sources + depends, include_paths, cflags, cuda_cflags, ldflags)
         library = self.LIBRARY or self.NAME
+        key = self._build_key(
+            library, sources + depends, include_paths, cflags, cuda_cflags, ldflags
+        )
         extension_name = f"anyaccel_{library}_{key[:12]}"
         return BuildPlan(
             op_name=self.NAME,
@@ -310,14 +312,16 @@ class OpBuilder:
             key=key,
         )
 
-    def _build_key(self, files: tuple[str, ...], *flag_groups: tuple[str, ...]) -> str:
+    def _build_key(
+        self, library: str, files: tuple[str, ...], *flag_groups: tuple[str, ...]
+    ) -> str:
         """A hash of every input that changes the compiled artefact."""
         import torch
 
         digest = hashlib.sha256()
         context = [
             _LAYOUT_VERSION,
-            self.LIBRARY or self.NAME,
+            library,
             torch.__version__,
             sys.implementation.cache_tag,
             platform.machine(),
