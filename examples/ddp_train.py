@@ -19,7 +19,12 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from anyaccel import get_accelerator
-from anyaccel.distributed import ddp_comm_hook, init_distributed, shm_all_reduce_status
+from anyaccel.distributed import (
+    all_reduce,
+    ddp_comm_hook,
+    init_distributed,
+    shm_all_reduce_status,
+)
 
 
 def main() -> None:
@@ -53,15 +58,20 @@ def main() -> None:
         if info.rank == 0 and (step == 1 or step % 10 == 0 or step == args.steps):
             print(f"step {step:4d}  loss {loss.item():.4f}", flush=True)
 
-    checksum = torch.stack([p.detach().double().sum() for p in model.parameters()]).sum()
-    sums = [torch.zeros_like(checksum) for _ in range(info.world_size)]
-    dist.all_gather(sums, checksum)
-    in_sync = all(torch.equal(s, sums[0]) for s in sums)
+    # Every rank holds the same weights iff the element-wise max and min across ranks agree.
+    weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    highest, lowest = weights.clone(), weights.clone()
+    all_reduce(highest, op=dist.ReduceOp.MAX)
+    all_reduce(lowest, op=dist.ReduceOp.MIN)
+    in_sync = torch.equal(highest, lowest)
     if info.rank == 0:
         state = "in sync" if in_sync else "DIFFERENT"
         path = shm_all_reduce_status() if device.type == "cpu" else dist.get_backend()
         print(f"done: {info.world_size} ranks on {device.type} ({dist.get_backend()}), "
               f"parameters {state} across ranks; gradients via {path}")  # fmt: skip
+    # DDP keeps its process group alive after this (torch holds it from C++), so the group's
+    # worker threads run on until exit: no gloo collective on Python tensors should be the
+    # last thing before it (one still releasing such a tensor at exit aborts the process).
     dist.destroy_process_group()
 
 

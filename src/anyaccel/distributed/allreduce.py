@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import socket
+import weakref
 from dataclasses import dataclass
 from datetime import timedelta
 from types import ModuleType
@@ -68,8 +69,22 @@ class _Group:
     threads: int
 
 
-_groups: dict[int, tuple[object, _Group]] = {}
+#: id(group) -> (weak reference to the group, its state). Weak: holding the group would keep
+#: torch's gloo worker threads alive past ``destroy_process_group()`` to interpreter exit,
+#: where one still dropping a finished collective's Python tensors aborts the process.
+_groups: dict[int, tuple[weakref.ref[Any], _Group]] = {}
 _lock = ForkSafeLock()  # renewed in a forked child
+
+
+def _forget(key: int) -> Any:
+    """The callback dropping a dead group's state (and unmapping its segment)."""
+
+    def forget(dead: weakref.ref[Any]) -> None:
+        entry = _groups.get(key)
+        if entry is not None and entry[0] is dead:  # not a newer group at the same address
+            _groups.pop(key, None)  # no lock: the collector may run this inside `with _lock`
+
+    return forget
 
 
 def _node_identity() -> str:
@@ -206,13 +221,13 @@ def _set_up(group: Any) -> _Group:
 def _state(group: Any) -> _Group:
     with _lock:
         entry = _groups.get(id(group))
-        if entry is not None and entry[0] is group:
+        if entry is not None and entry[0]() is group:
             return entry[1]
     state = _set_up(group)
     if state.reason:
         logger.info("all_reduce on this group uses torch.distributed: %s", state.reason)
     with _lock:
-        _groups[id(group)] = (group, state)
+        _groups[id(group)] = (weakref.ref(group, _forget(id(group))), state)
     return state
 
 
@@ -222,9 +237,10 @@ def _resolve(group: Any | None) -> Any:
 
 def shm_all_reduce_status(group: Any | None = None) -> str:
     """``"shared memory"`` or why ``group`` falls back (``"not set up yet"`` before first use)."""
+    pg = _resolve(group)
     with _lock:
-        entry = _groups.get(id(_resolve(group)))
-    if entry is None:
+        entry = _groups.get(id(pg))
+    if entry is None or entry[0]() is not pg:
         return "not set up yet"
     return "shared memory" if entry[1].communicator is not None else entry[1].reason
 
