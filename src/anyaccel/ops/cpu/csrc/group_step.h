@@ -102,19 +102,9 @@ inline void prefetch_impl(const c10::TensorImpl* impl) {
   if (impl != nullptr) prefetch_lines(impl, sizeof(c10::TensorImpl));
 }
 
-// The storage record of a tensor (read for its data pointer), then, one pass later, its data.
+// The storage record of a tensor, read for its data pointer.
 inline void prefetch_storage(const c10::TensorImpl* impl) {
   if (impl != nullptr) prefetch_lines(impl->unsafe_storage().unsafeGetStorageImpl(), 64);
-}
-
-inline void prefetch_data(const c10::TensorImpl* impl) {
-  if (impl == nullptr) return;
-  const c10::StorageImpl* storage = impl->unsafe_storage().unsafeGetStorageImpl();
-  if (storage == nullptr) return;
-  try {
-    prefetch_lines(storage->data(), 64);
-  } catch (...) {  // a storage whose data may not be read: commit() reports it
-  }
 }
 
 constexpr int64_t kPrefetchBlock = 32;
@@ -132,8 +122,18 @@ struct Entry {
   PyObject* key = nullptr;    // the key of its state in the optimizer's state map
   PyObject* state = nullptr;  // its state dict (null: created at commit)
   PyObject* step = nullptr;   // its current step value (null: absent)
-  // The tensors commit() reads (param, grad, copy, step, states), for prefetching.
-  const c10::TensorImpl* impls[4 + kMaxStates] = {};
+  // What commit() needs, read while add() has the tensors in cache: commit() then touches only
+  // the gradient slot and the step count, not every tensor's metadata again.
+  int64_t n = 0;
+  Operand param_op, grad_op;           // valid when the tensor is contiguous
+  Operand state_ops[kMaxStates];       // valid when state_ready
+  bool param_contiguous = false;
+  bool grad_contiguous = false;
+  bool state_ready[kMaxStates] = {false, false, false};  // present and contiguous
+  void* copy_data = nullptr;
+  Copy copy_kind = Copy::kNone;
+  void* step_data = nullptr;  // a step count kept in a tensor: its element
+  c10::ScalarType step_type = c10::ScalarType::Undefined;
 };
 
 inline PyObject* variable_or_null(PyObject* object) {
@@ -269,17 +269,8 @@ class Plan {
     tasks.reserve(entries_.size());
     const size_t count = entries_.size();
     for (size_t k = 0; k < std::min<size_t>(count, kAhead); ++k) prefetch_entry(entries_[k]);
-    for (size_t k = 0; k < std::min<size_t>(count, kAhead / 2); ++k) {
-      for (const c10::TensorImpl* impl : entries_[k].impls) prefetch_storage(impl);
-    }
     for (size_t k = 0; k < count; ++k) {
       if (k + kAhead < count) prefetch_entry(entries_[k + kAhead]);
-      if (k + kAhead / 2 < count) {
-        for (const c10::TensorImpl* impl : entries_[k + kAhead / 2].impls) prefetch_storage(impl);
-      }
-      if (k + kAhead / 4 < count) {
-        for (const c10::TensorImpl* impl : entries_[k + kAhead / 4].impls) prefetch_data(impl);
-      }
       Entry& entry = entries_[k];
       const at::Tensor& grad = *entry.grad_slot;
       if (grad.unsafeGetTensorImpl() != entry.grad_seen) {
@@ -295,10 +286,14 @@ class Plan {
           throw py::error_already_set();
         }
       }
-      const at::Tensor& param_in = *entry.param;
       Task task;
-      task.n = param_in.numel();
+      task.n = entry.n;
       for (size_t s = 0; s < specs_.size(); ++s) {
+        if (entry.state_ready[s]) {
+          task.states[s] = entry.state_ops[s];
+          continue;
+        }
+        const at::Tensor& param_in = *entry.param;
         const at::Tensor* value = entry.states[s];
         if (value == nullptr || !value->is_contiguous()) {
           created_.push_back(value != nullptr
@@ -312,26 +307,24 @@ class Plan {
         task.states[s].data = value->data_ptr();
       }
       task.step = advance_step(entry);
-      const at::Tensor* param = &param_in;
-      if (!param_in.is_contiguous()) {
+      if (entry.param_contiguous) {
+        task.param = entry.param_op;
+      } else {  // stepped through a contiguous copy, written back after the kernel
+        const at::Tensor& param_in = *entry.param;
         at::Tensor work = param_in.contiguous();
         after->emplace_back(param_in, work);
-        param = &after->back().second;
+        to_dtype(work.scalar_type(), &task.param.type);
+        task.param.data = work.data_ptr();
       }
-      const at::Tensor* grad_in = &grad;
-      if (!grad.is_contiguous()) {
+      if (entry.grad_contiguous) {
+        task.grad = entry.grad_op;
+      } else {
         keep_.push_back(grad.contiguous());
-        grad_in = &keep_.back();
+        to_dtype(keep_.back().scalar_type(), &task.grad.type);
+        task.grad.data = keep_.back().data_ptr();
       }
-      to_dtype(param->scalar_type(), &task.param.type);
-      task.param.data = param->data_ptr();
-      to_dtype(grad_in->scalar_type(), &task.grad.type);
-      task.grad.data = grad_in->data_ptr();
-      if (entry.copy != nullptr) {
-        task.copy = entry.copy->data_ptr();
-        task.copy_kind = entry.copy->scalar_type() == c10::ScalarType::BFloat16 ? Copy::kBF16
-                                                                                : Copy::kFP16;
-      }
+      task.copy = entry.copy_data;
+      task.copy_kind = entry.copy_kind;
       tasks.push_back(task);
     }
     return tasks;
@@ -378,36 +371,49 @@ class Plan {
         prefetch_lines(reinterpret_cast<PyDictObject*>(found_[k])->ma_keys, 192);
       }
     }
-    PyObject* values[kPrefetchBlock][kMaxStates + 1] = {};
+    PyObject* (&values)[kPrefetchBlock][kMaxStates + 1] = values_;
     for (int64_t k = 0; k < n; ++k) {
       if (impls[k] != nullptr) prefetch_impl(impls[k]->grad().unsafeGetTensorImpl());
+      values_known_[k] = false;
+      for (PyObject*& value : values[k]) value = nullptr;
       PyObject* found = found_[k];
       if (found == nullptr || found == kLookUpAgain || !PyDict_CheckExact(found)) continue;
+      bool known = true;
       for (size_t s = 0; s <= specs_.size(); ++s) {
         PyObject* key = s < specs_.size() ? specs_[s].key.ptr() : step_key_.ptr();
         values[k][s] = PyDict_GetItemWithError(found, key);
-        if (values[k][s] == nullptr) PyErr_Clear();
-        else prefetch_lines(values[k][s], 64);
+        if (values[k][s] != nullptr) {
+          prefetch_lines(values[k][s], 64);
+        } else if (PyErr_Occurred()) {
+          PyErr_Clear();  // add() looks up again and raises in parameter order
+          known = false;
+        }
       }
+      values_known_[k] = known;
     }
+    const c10::TensorImpl* value_impls[kPrefetchBlock][kMaxStates + 1] = {};
     for (int64_t k = 0; k < n; ++k) {
       for (size_t s = 0; s <= specs_.size(); ++s) {
         PyObject* value = values[k][s];
         if (value != nullptr && THPVariable_CheckExact(value)) {
-          prefetch_impl(THPVariable_Unpack(value).unsafeGetTensorImpl());
+          value_impls[k][s] = THPVariable_Unpack(value).unsafeGetTensorImpl();
+          prefetch_impl(value_impls[k][s]);
         }
       }
     }
+    // The storage records add() reads the data pointers from.
+    for (int64_t k = 0; k < n; ++k) {
+      if (impls[k] == nullptr) continue;
+      prefetch_storage(impls[k]);
+      prefetch_storage(impls[k]->grad().unsafeGetTensorImpl());
+      for (size_t s = 0; s <= specs_.size(); ++s) prefetch_storage(value_impls[k][s]);
+    }
   }
 
-  // Requests an entry's Python objects and tensors, ahead of commit() reading them.
+  // Requests what commit() reads of an entry: its gradient slot and its step count.
   void prefetch_entry(const Entry& entry) const {
-    prefetch_lines(entry.param, 64);
-    for (const at::Tensor* state : entry.states) {
-      if (state != nullptr) prefetch_lines(state, 64);
-    }
-    if (entry.step != nullptr) prefetch_lines(entry.step, 64);
-    for (const c10::TensorImpl* impl : entry.impls) prefetch_impl(impl);
+    prefetch_lines(entry.grad_slot, 64);
+    if (entry.step_data != nullptr) prefetch_lines(entry.step_data, 8);
   }
 
   // One state tensor an optimizer keeps per parameter: its key (interned) and initial value.
@@ -485,7 +491,16 @@ class Plan {
       hold(copy);
       entry.copy = &tensor;
     }
-    PyObject* found = found_[i - found_begin_];
+    const int64_t slot = i - found_begin_;
+    PyObject* found = found_[slot];
+    // The state's values as prefetch_block() found them (nothing has run since), or a lookup.
+    const bool known = found != kLookUpAgain && values_known_[slot];
+    auto value_of = [&](PyObject* dict, size_t s, PyObject* key) {
+      if (known) return values_[slot][s];
+      PyObject* value = PyDict_GetItemWithError(dict, key);
+      if (value == nullptr && PyErr_Occurred()) throw py::error_already_set();
+      return value;
+    };
     if (found == kLookUpAgain) found = lookup_.get(state_map_.ptr(), entry.key);
     if (found != nullptr) {
       if (!PyDict_Check(found)) {
@@ -494,8 +509,7 @@ class Plan {
       }
       entry.state = hold(found);
       for (size_t s = 0; s < specs_.size(); ++s) {
-        PyObject* value = PyDict_GetItemWithError(found, specs_[s].key.ptr());
-        if (value == nullptr && PyErr_Occurred()) throw py::error_already_set();
+        PyObject* value = value_of(found, s, specs_[s].key.ptr());
         if (value == nullptr || value == Py_None) continue;  // absent: created at commit
         auto key = [this, s] { return "state '" + specs_[s].name + "' "; };
         if (variable_or_null(value) == nullptr) {
@@ -524,23 +538,47 @@ class Plan {
         hold(value);
         entry.states[s] = &tensor;
       }
-      PyObject* step = PyDict_GetItemWithError(found, step_key_.ptr());
-      if (step == nullptr && PyErr_Occurred()) throw py::error_already_set();
+      PyObject* step = value_of(found, specs_.size(), step_key_.ptr());
       if (step != nullptr && step != Py_None) {  // None: no count yet, as 0
         check_step(i, step);
         entry.step = hold(step);
       }
     }
-    entry.impls[0] = param.unsafeGetTensorImpl();
-    entry.impls[1] = entry.grad_seen;
-    if (entry.copy != nullptr) entry.impls[2] = entry.copy->unsafeGetTensorImpl();
-    if (entry.step != nullptr && THPVariable_CheckExact(entry.step)) {
-      entry.impls[3] = THPVariable_Unpack(entry.step).unsafeGetTensorImpl();
-    }
-    for (size_t s = 0; s < specs_.size(); ++s) {
-      if (entry.states[s] != nullptr) entry.impls[4 + s] = entry.states[s]->unsafeGetTensorImpl();
-    }
+    record(entry, param, grad);
     entries_.push_back(entry);
+  }
+
+  // Reads, once, the element counts, data pointers and dtypes commit() hands the kernels.
+  static void record(Entry& entry, const at::Tensor& param, const at::Tensor& grad) {
+    entry.n = param.numel();
+    entry.param_contiguous = param.is_contiguous();
+    if (entry.param_contiguous) {
+      to_dtype(param.scalar_type(), &entry.param_op.type);
+      entry.param_op.data = param.data_ptr();
+    }
+    entry.grad_contiguous = grad.is_contiguous();
+    if (entry.grad_contiguous) {
+      to_dtype(grad.scalar_type(), &entry.grad_op.type);
+      entry.grad_op.data = grad.data_ptr();
+    }
+    for (int s = 0; s < kMaxStates; ++s) {
+      const at::Tensor* state = entry.states[s];
+      entry.state_ready[s] = state != nullptr && state->is_contiguous();
+      if (entry.state_ready[s]) {
+        to_dtype(state->scalar_type(), &entry.state_ops[s].type);
+        entry.state_ops[s].data = state->data_ptr();
+      }
+    }
+    if (entry.copy != nullptr) {
+      entry.copy_data = entry.copy->data_ptr();
+      entry.copy_kind = entry.copy->scalar_type() == c10::ScalarType::BFloat16 ? Copy::kBF16
+                                                                               : Copy::kFP16;
+    }
+    if (entry.step != nullptr && variable_or_null(entry.step) != nullptr) {
+      const at::Tensor& step = THPVariable_Unpack(entry.step);
+      entry.step_type = step.scalar_type();
+      entry.step_data = step.data_ptr();
+    }
   }
 
   void check_step(int64_t i, PyObject* step) const {
@@ -578,10 +616,9 @@ class Plan {
       return 1.0;
     }
     PyObject* step = entry.step;
-    if (variable_or_null(step) != nullptr) {
-      const at::Tensor& tensor = THPVariable_Unpack(step);
-      void* data = tensor.data_ptr();
-      switch (tensor.scalar_type()) {
+    if (entry.step_data != nullptr) {
+      void* data = entry.step_data;
+      switch (entry.step_type) {
         case c10::ScalarType::Float: return *static_cast<float*>(data) += 1.0f;
         case c10::ScalarType::Double: return *static_cast<double*>(data) += 1.0;
         case c10::ScalarType::Long: return double(*static_cast<int64_t*>(data) += 1);
@@ -605,6 +642,9 @@ class Plan {
   // The state-map answers of the block prefetch_block() last read (kLookUpAgain: not looked up).
   static inline PyObject* const kLookUpAgain = reinterpret_cast<PyObject*>(uintptr_t(1));
   PyObject* found_[kPrefetchBlock] = {};
+  // Their state values by spec, then the step (borrowed), where every lookup answered.
+  PyObject* values_[kPrefetchBlock][kMaxStates + 1] = {};
+  bool values_known_[kPrefetchBlock] = {};
   int64_t found_begin_ = 0;
   std::vector<Entry> entries_;
   HeldReferences held_;
