@@ -71,3 +71,46 @@ def test_a_refused_step_keeps_no_reference_to_its_tensors(name: str) -> None:
             optimizer.step()
     assert [sys.getrefcount(p) for p in params[:35]] == counts
     assert [sys.getrefcount(optimizer.state[p][key]) for p in params[:35]] == states
+
+
+class StateDict(dict):  # type: ignore[type-arg]
+    """A state dict of a subclass: read through lookups, not the plain-dict walk."""
+
+
+def fresh_key(key: object) -> object:
+    """An equal key that is not the same object (as unpickled checkpoint keys are)."""
+    return "".join(list(key)) if isinstance(key, str) else key
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    "rebuild",
+    [
+        pytest.param(lambda s: {fresh_key(k): v for k, v in s.items()}, id="equal-not-same-keys"),
+        pytest.param(lambda s: {"note": 1, 7: "x", **s}, id="extra-keys"),
+        pytest.param(lambda s: {**{f"k{i}": i for i in range(12)}, **s}, id="large-dict"),
+        pytest.param(lambda s: StateDict(s), id="dict-subclass"),
+        pytest.param(lambda s: dict(reversed(list(s.items()))), id="other-order"),
+    ],
+)
+def test_every_shape_of_state_dict_is_read_as_a_lookup_reads_it(name: str, rebuild: object) -> None:
+    # The native step reads a small plain state dict in one walk over its entries; whatever the
+    # dict looks like, it must find exactly what dict lookups find.
+    ours, _ = PAIRS[name]
+    results = []
+    for edit in (False, True):
+        torch.manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(3)) for _ in range(40)]  # more than one block
+        optimizer = ours(params)
+        for step in range(3):
+            for param in params:
+                param.grad = torch.randn(3)
+            optimizer.step()
+            if edit and step == 0:
+                for param in params:
+                    optimizer.state[param] = rebuild(optimizer.state[param])  # type: ignore[operator]
+        results.append(([p.detach().clone() for p in params],
+                        [float(optimizer.state[p]["step"]) for p in params]))  # fmt: skip
+    (plain, plain_steps), (edited, edited_steps) = results
+    assert edited_steps == plain_steps == [3.0] * 40  # the edited states were found, not remade
+    assert all(torch.equal(a, b) for a, b in zip(plain, edited, strict=True))

@@ -38,6 +38,15 @@ inline bool to_dtype(c10::ScalarType type, DType* out) {
   }
 }
 
+// IntArrayRef::equals without a memcmp call: shapes have a few dimensions.
+inline bool same_sizes(at::IntArrayRef a, at::IntArrayRef b) {
+  if (a.size() != b.size()) return false;
+  for (size_t d = 0; d < a.size(); ++d) {
+    if (a[d] != b[d]) return false;
+  }
+  return true;
+}
+
 inline std::string shape_str(at::IntArrayRef sizes) {
   std::string out = "(";
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -378,16 +387,20 @@ class Plan {
       for (PyObject*& value : values[k]) value = nullptr;
       PyObject* found = found_[k];
       if (found == nullptr || found == kLookUpAgain || !PyDict_CheckExact(found)) continue;
-      bool known = true;
-      for (size_t s = 0; s <= specs_.size(); ++s) {
-        PyObject* key = s < specs_.size() ? specs_[s].key.ptr() : step_key_.ptr();
-        values[k][s] = PyDict_GetItemWithError(found, key);
-        if (values[k][s] != nullptr) {
-          prefetch_lines(values[k][s], 64);
-        } else if (PyErr_Occurred()) {
-          PyErr_Clear();  // add() looks up again and raises in parameter order
-          known = false;
+      bool known = scan_state(found, values[k]);
+      if (!known) {  // a state dict scan_state() does not read: one lookup per key
+        known = true;
+        for (size_t s = 0; s <= specs_.size(); ++s) {
+          PyObject* key = s < specs_.size() ? specs_[s].key.ptr() : step_key_.ptr();
+          values[k][s] = PyDict_GetItemWithError(found, key);
+          if (values[k][s] == nullptr && PyErr_Occurred()) {
+            PyErr_Clear();  // add() looks up again and raises in parameter order
+            known = false;
+          }
         }
+      }
+      for (PyObject* value : values[k]) {
+        if (value != nullptr) prefetch_lines(value, 64);
       }
       values_known_[k] = known;
     }
@@ -408,6 +421,39 @@ class Plan {
       prefetch_storage(impls[k]->grad().unsafeGetTensorImpl());
       for (size_t s = 0; s <= specs_.size(); ++s) prefetch_storage(value_impls[k][s]);
     }
+  }
+
+  // Reads a small state dict's values for the spec keys and "step" (null where absent) in one
+  // walk over its entries instead of a hash lookup per key. Keys are matched by identity (the
+  // interned keys commit() stores) or, for exact str keys (a loaded checkpoint's), by content,
+  // which finds what a lookup would. False, with nothing read, for any other dict.
+  bool scan_state(PyObject* dict, PyObject* (&values)[kMaxStates + 1]) const {
+    const size_t keys = specs_.size() + 1;
+    if (PyDict_GET_SIZE(dict) > Py_ssize_t(keys + 4)) return false;
+    for (size_t s = 0; s < keys; ++s) values[s] = nullptr;
+    Py_ssize_t position = 0;
+    PyObject* key = nullptr;
+    PyObject* value = nullptr;
+    while (PyDict_Next(dict, &position, &key, &value)) {
+      size_t s = 0;
+      while (s < keys && key != key_at(s)) ++s;
+      if (s == keys) {  // not one of ours by identity: by content, if it is an exact str
+        if (!PyUnicode_CheckExact(key)) return false;
+        s = 0;
+        while (s < keys && PyUnicode_Compare(key, key_at(s)) != 0) ++s;
+        if (PyErr_Occurred()) {
+          PyErr_Clear();
+          return false;
+        }
+        if (s == keys) continue;  // another key the optimizer does not read
+      }
+      values[s] = value;
+    }
+    return true;
+  }
+
+  PyObject* key_at(size_t s) const {
+    return s < specs_.size() ? specs_[s].key.ptr() : step_key_.ptr();
   }
 
   // Requests what commit() reads of an entry: its gradient slot and its step count.
@@ -458,7 +504,7 @@ class Plan {
                            " on " + grad.device().str() +
                            "; gradients must be float32, bfloat16 or float16 CPU tensors");
     }
-    if (!grad.sizes().equals(sizes)) {
+    if (!same_sizes(grad.sizes(), sizes)) {
       throw py::value_error(where(i) + "has shape " + shape() + " but its gradient has shape " +
                             shape_str(grad.sizes()));
     }
@@ -517,7 +563,7 @@ class Plan {
                                std::string(Py_TYPE(value)->tp_name) + ", not a tensor");
         }
         const at::Tensor& tensor = THPVariable_Unpack(value);
-        if (!tensor.sizes().equals(sizes)) {
+        if (!same_sizes(tensor.sizes(), sizes)) {
           throw py::value_error(where(i) + key() + "has shape " + shape_str(tensor.sizes()) +
                                 " but the parameter has shape " + shape() +
                                 "; the state belongs to another parameter (was a state dict "
@@ -698,6 +744,16 @@ inline void run_task_range(const Task& task, int64_t begin, int64_t end, const M
   }
 }
 
+constexpr size_t kTaskAhead = 4;  // tasks whose data run_group() requests ahead
+
+inline void prefetch_task(const Task& task) {
+  prefetch_lines(task.param.data, 64);
+  prefetch_lines(task.grad.data, 64);
+  for (const Operand& state : task.states) {
+    if (state.data != nullptr) prefetch_lines(state.data, 64);
+  }
+}
+
 // Spreads all tasks' elements evenly over one parallel region (by element count, so a group of
 // many small tensors balances as well as one big tensor), calling math on each thread's part.
 template <typename Range>
@@ -714,6 +770,8 @@ inline void run_group(const std::vector<Task>& tasks, int threads, const Range& 
     const int64_t hi = split(member + 1);
     size_t t = std::upper_bound(offsets.begin(), offsets.end(), lo) - offsets.begin() - 1;
     while (lo < hi && t < tasks.size()) {
+      // Small tensors: the next tasks' first lines are requested while this one runs.
+      if (t + kTaskAhead < tasks.size() && tasks[t].n < kChunk) prefetch_task(tasks[t + kTaskAhead]);
       const int64_t end = std::min(hi, offsets[t + 1]);
       if (end > lo) range(tasks[t], lo - offsets[t], end - offsets[t]);
       lo = std::max(lo, end);
