@@ -26,6 +26,32 @@ void adagrad_math(float* __restrict p, const float* __restrict g, float* const* 
   }
 }
 
+// bf16 parameter and gradient with an fp32 sum, widened and rounded in registers (the same
+// per-element code as adagrad_math, so the same bits).
+template <bool kDecay>
+void adagrad_math_bf16(uint16_t* __restrict p, const uint16_t* __restrict g,
+                       float* __restrict sum, int64_t n, const AdagradScalars& a) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float value = bf16_to_float(p[i]);
+    float gi = bf16_to_float(g[i]) * a.grad_sign;
+    if constexpr (kDecay) gi += a.weight_decay * value;
+    const float acc = sum[i] + gi * gi;
+    sum[i] = acc;
+    p[i] = float_to_bf16(value - a.clr * (gi / (std::sqrt(acc) + a.eps)));
+  }
+}
+
+// Takes a task range whole when adagrad_math_bf16 fits it (no copy to write).
+template <bool kDecay>
+bool adagrad_direct(const Task& task, int64_t begin, int64_t end, const AdagradScalars& a) {
+  if (!bf16_with_fp32_states(task, 1)) return false;
+  adagrad_math_bf16<kDecay>(static_cast<uint16_t*>(task.param.data) + begin,
+                            static_cast<const uint16_t*>(task.grad.data) + begin,
+                            static_cast<float*>(task.states[0].data) + begin, end - begin, a);
+  return true;
+}
+
 // One Adagrad step over a prepared group (torch: clr = lr / (1 + (step - 1) * lr_decay)).
 void adagrad_step(Plan& plan, double lr, double lr_decay, double eps, double weight_decay,
                   bool maximize, int threads) {
@@ -33,8 +59,10 @@ void adagrad_step(Plan& plan, double lr, double lr_decay, double eps, double wei
     return AdagradScalars{float(lr / (1.0 + (task.step - 1.0) * lr_decay)), float(eps),
                           float(weight_decay), maximize ? -1.0f : 1.0f};
   };
-  if (weight_decay != 0.0) return step_group<1>(plan, threads, per_task, adagrad_math<true>);
-  step_group<1>(plan, threads, per_task, adagrad_math<false>);
+  if (weight_decay != 0.0) {
+    return step_group<1>(plan, threads, per_task, adagrad_math<true>, adagrad_direct<true>);
+  }
+  step_group<1>(plan, threads, per_task, adagrad_math<false>, adagrad_direct<false>);
 }
 
 }  // namespace adagrad

@@ -68,13 +68,7 @@ void adam_math_bf16(uint16_t* __restrict p, const uint16_t* __restrict g, float*
 template <Decay kDecay, bool kAmsgrad>
 bool adam_direct(const Task& task, int64_t begin, int64_t end, const AdamScalars& a) {
   constexpr int kStates = kAmsgrad ? 3 : 2;
-  if (task.param.type != DType::kBF16 || task.grad.type != DType::kBF16 ||
-      task.copy_kind != Copy::kNone) {
-    return false;
-  }
-  for (int k = 0; k < kStates; ++k) {
-    if (task.states[k].type != DType::kF32) return false;
-  }
+  if (!bf16_with_fp32_states(task, kStates)) return false;
   auto state = [&](int k) {
     return k < kStates ? static_cast<float*>(task.states[k].data) + begin : nullptr;
   };

@@ -744,6 +744,19 @@ inline void run_task_range(const Task& task, int64_t begin, int64_t end, const M
   }
 }
 
+// Whether a task is a bf16 parameter and gradient with `states` fp32 states and no copy: the
+// case the optimizers' direct loops take whole (DeepSpeed's default for bf16 models).
+inline bool bf16_with_fp32_states(const Task& task, int states) {
+  if (task.param.type != DType::kBF16 || task.grad.type != DType::kBF16 ||
+      task.copy_kind != Copy::kNone) {
+    return false;
+  }
+  for (int k = 0; k < states; ++k) {
+    if (task.states[k].type != DType::kF32) return false;
+  }
+  return true;
+}
+
 constexpr size_t kTaskAhead = 4;  // tasks whose data run_group() requests ahead
 
 inline void prefetch_task(const Task& task) {

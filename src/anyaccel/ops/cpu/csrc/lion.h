@@ -24,6 +24,28 @@ void lion_math(float* __restrict p, const float* __restrict g, float* const* s, 
   }
 }
 
+// bf16 parameter and gradient with an fp32 momentum, widened and rounded in registers: one pass
+// over every stream (the same per-element code as lion_math, so the same bits).
+void lion_math_bf16(uint16_t* __restrict p, const uint16_t* __restrict g, float* __restrict m,
+                    int64_t n, const LionScalars& a) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = bf16_to_float(g[i]) * a.grad_sign;
+    const float blend = a.beta1 * m[i] + a.one_minus_beta1 * gi;
+    p[i] = float_to_bf16(bf16_to_float(p[i]) * a.decay_factor - a.lr * nan_sign(blend));
+    m[i] = a.beta2 * m[i] + a.one_minus_beta2 * gi;
+  }
+}
+
+// Takes a task range whole when lion_math_bf16 fits it (no copy to write).
+bool lion_direct(const Task& task, int64_t begin, int64_t end, const LionScalars& a) {
+  if (!bf16_with_fp32_states(task, 1)) return false;
+  lion_math_bf16(static_cast<uint16_t*>(task.param.data) + begin,
+                 static_cast<const uint16_t*>(task.grad.data) + begin,
+                 static_cast<float*>(task.states[0].data) + begin, end - begin, a);
+  return true;
+}
+
 // One Lion step (Chen et al. 2023): p -= lr * sign(beta1 m + (1 - beta1) g), decoupled decay.
 void lion_step(Plan& plan, double lr, double beta1, double beta2, double weight_decay,
                bool maximize, int threads) {
@@ -31,7 +53,7 @@ void lion_step(Plan& plan, double lr, double beta1, double beta2, double weight_
                             float(beta2),      float(1.0 - beta1),
                             float(1.0 - beta2), float(1.0 - lr * weight_decay),
                             maximize ? -1.0f : 1.0f};
-  step_group<1>(plan, threads, [&](const Task&) { return scalars; }, lion_math);
+  step_group<1>(plan, threads, [&](const Task&) { return scalars; }, lion_math, lion_direct);
 }
 
 }  // namespace lion
