@@ -30,8 +30,10 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 if SRC not in sys.path:
     sys.path.insert(0, SRC)
 
-from anyaccel.ops.adam import CPUAdam  # noqa: E402
+from anyaccel.ops.adagrad import CPUAdagrad  # noqa: E402
+from anyaccel.ops.adam import CPUAdam, CPUAdamW  # noqa: E402
 from anyaccel.ops.cpu import CPUAdamBuilder  # noqa: E402
+from anyaccel.ops.lion import CPULion  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _stream import adam_shaped_copy_step, adam_shaped_step, stream_kernels  # noqa: E402
@@ -46,6 +48,12 @@ STREAMED_COPY_BYTES = 2
 TORCH_COPY_BYTES = 8
 
 Step = Callable[[], object]
+#: Interleaved steps per implementation in the fixed-cost table (each ~1-10 ms).
+FIXED_COST_REPEATS = 150
+FIXED_COST_TITLE = (
+    "\n## Fixed cost per parameter: 1000 one-element parameters, every optimizer and dtype "
+    "(fp32 states; torch fused where it steps that dtype on the CPU, else foreach)\n"
+)
 
 
 def median_times(steps: dict[str, Step], repeats: int) -> dict[str, float]:
@@ -242,6 +250,83 @@ def shape_set_table(quick: bool, dtype: torch.dtype, repeats: int) -> list[str]:
     return rows
 
 
+def torch_counterpart(name: str, dtype: torch.dtype) -> Factory | None:
+    """torch's optimizer for ``name`` (fused where this torch steps ``dtype`` fused on the CPU)."""
+    classes = {"Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW, "Adagrad": torch.optim.Adagrad}
+    if name not in classes:
+        return None  # torch has no Lion
+    for options in ({"fused": True}, {"foreach": True}):
+        try:  # a trial step: fused CPU kernels vary by torch release and dtype
+            probe = torch.nn.Parameter(torch.zeros(2, dtype=dtype))
+            probe.grad = torch.zeros(2, dtype=dtype)
+            classes[name]([probe], lr=1e-3, **options).step()
+        except (RuntimeError, TypeError, ValueError):
+            continue
+        return lambda ps, c=classes[name], o=options: c(ps, lr=1e-3, **o)  # type: ignore[misc]
+    return None
+
+
+def deepspeed_counterpart(name: str, dtype: torch.dtype) -> Factory | None:
+    """DeepSpeed's CPU optimizer for ``name`` when installed and it steps ``dtype`` here."""
+    try:
+        from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+        from deepspeed.ops.lion import DeepSpeedCPULion
+    except ImportError:
+        return None
+    factories: dict[str, Factory] = {
+        "Adam": lambda ps: DeepSpeedCPUAdam(ps, lr=1e-3, adamw_mode=False),
+        "AdamW": lambda ps: DeepSpeedCPUAdam(ps, lr=1e-3, adamw_mode=True),
+        "Adagrad": lambda ps: DeepSpeedCPUAdagrad(ps, lr=1e-3),
+        "Lion": lambda ps: DeepSpeedCPULion(ps, lr=1e-3),
+    }
+    try:
+        list_step(factories[name], [(2,)], dtype)()
+    except (RuntimeError, TypeError, ValueError):
+        return None
+    return factories[name]
+
+
+def fixed_cost_table(repeats: int) -> list[str]:
+    """Rows: step time per parameter of 1000 one-element parameters, per optimizer and dtype.
+
+    Each implementation steps its own list, interleaved with the others, so between two of our
+    steps the peers' steps evict our metadata from the caches, as a training step's forward and
+    backward would: this is the cold-cache fixed cost a model with many small tensors pays.
+    """
+    ours: dict[str, Factory] = {
+        "Adam": lambda ps: CPUAdam(ps, lr=1e-3),
+        "AdamW": lambda ps: CPUAdamW(ps, lr=1e-3),
+        "Adagrad": lambda ps: CPUAdagrad(ps, lr=1e-3),
+        "Lion": lambda ps: CPULion(ps, lr=1e-3),
+    }
+    rows = [
+        "| optimizer | dtype | anyaccel µs/param | torch µs/param | DeepSpeed µs/param | "
+        "vs torch | vs DeepSpeed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    shapes: list[tuple[int, ...]] = [(1,)] * 1000
+    for name, factory in ours.items():
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            factories = {"ours": factory}
+            for label, peer in (("torch", torch_counterpart(name, dtype)),
+                                ("deepspeed", deepspeed_counterpart(name, dtype))):  # fmt: skip
+                if peer is not None:
+                    factories[label] = peer
+            steps = {label: list_step(f, shapes, dtype) for label, f in factories.items()}
+            times = {k: v * 1e6 / len(shapes) for k, v in median_times(steps, repeats).items()}
+            cells = [f"{times[k]:.2f}" if k in times else "n/a" for k in ("torch", "deepspeed")]
+            ratios = [f"{times[k] / times['ours']:.1f}x" if k in times else "n/a"
+                      for k in ("torch", "deepspeed")]  # fmt: skip
+            rows.append(
+                f"| {name} | {str(dtype).removeprefix('torch.')} | {times['ours']:.2f} | "
+                + " | ".join(cells + ratios)
+                + " |"
+            )
+            del steps
+    return rows
+
+
 def timed_subprocess(code: str, extensions_dir: str) -> float:
     """Seconds a snippet reports, run in a fresh interpreter with its own extensions dir."""
     env = {
@@ -309,6 +394,8 @@ def main() -> None:
         for dtype in (torch.float32, torch.bfloat16):
             print(f"\n## Parameter lists, {str(dtype).removeprefix('torch.')} parameters\n")
             print("\n".join(shape_set_table(args.quick, dtype, repeats)))
+        print(FIXED_COST_TITLE)
+        print("\n".join(fixed_cost_table(FIXED_COST_REPEATS)))
         return
     bandwidths = measure_bandwidth(repeats)
     print("## Measured memory bandwidth (200 MB arrays)\n\n| kernel | GB/s |\n|---|---|")
@@ -335,6 +422,8 @@ def main() -> None:
             "(fp32 states); ratios > 1 mean anyaccel is faster\n"
         )
         print("\n".join(shape_set_table(args.quick, dtype, repeats)))
+    print(FIXED_COST_TITLE)
+    print("\n".join(fixed_cost_table(FIXED_COST_REPEATS)))
     if not args.no_build:
         print("\n## Build and load (fresh processes, empty cache for the first build)\n")
         print("\n".join(build_times(deepspeed_factory() is not None and not args.quick)))
