@@ -259,7 +259,10 @@ RELEASE = textwrap.dedent(
     before = threads()
     info = init_distributed("gloo")
     all_reduce(torch.ones(4))  # the shared-memory state of the default group
-    all_reduce(torch.ones(4, dtype=torch.float64))  # a dtype that goes to gloo
+    # A dtype that goes to gloo, on a tensor kept alive: torch < 2.8 destroys a group with the
+    # GIL held, and deadlocks if a worker is still dropping a temporary's Python tensor.
+    kept = torch.ones(4, dtype=torch.float64)
+    all_reduce(kept)
     status = shm_all_reduce_status()
     group = weakref.ref(dist.group.WORLD)
     dist.destroy_process_group()

@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from types import ModuleType
 from typing import Any
@@ -67,11 +67,17 @@ class _Group:
     reason: str
     timeout: float
     threads: int
+    #: The tensors set-up passed to gloo, kept as long as the group: a gloo worker then never
+    #: drops the last reference to a Python tensor, which needs the GIL (torch < 2.8 destroys a
+    #: group with the GIL held, so that worker and destroy_process_group() would wait on each
+    #: other; at interpreter exit it aborts the process).
+    kept: list[torch.Tensor] = field(default_factory=list)
 
 
 #: id(group) -> (weak reference to the group, its state). Weak: holding the group would keep
 #: torch's gloo worker threads alive past ``destroy_process_group()`` to interpreter exit,
-#: where one still dropping a finished collective's Python tensors aborts the process.
+#: where one still dropping a finished collective's Python tensors aborts the process. With no
+#: reference of ours, a group dies when torch lets it, exactly as without anyaccel.
 _groups: dict[int, tuple[weakref.ref[Any], _Group]] = {}
 _lock = ForkSafeLock()  # renewed in a forked child
 
@@ -146,7 +152,7 @@ def _plain(value: Any) -> Any:
     return tuple(_plain(item) for item in value) if isinstance(value, list) else value
 
 
-def _all_gather_json(value: Any, group: Any) -> list[Any]:
+def _all_gather_json(value: Any, group: Any, kept: list[torch.Tensor]) -> list[Any]:
     """Every rank's ``value`` (JSON-able), gathered as bytes in CPU tensors.
 
     Not ``all_gather_object``: it pickles, and on newer torch it needs numpy, which torch
@@ -155,12 +161,14 @@ def _all_gather_json(value: Any, group: Any) -> list[Any]:
     size = dist.get_world_size(group)
     data = json.dumps(value).encode()
     lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(size)]
-    dist.all_gather(lengths, torch.tensor([len(data)], dtype=torch.int64), group=group)
+    length = torch.tensor([len(data)], dtype=torch.int64)
+    dist.all_gather(lengths, length, group=group)
     longest = max(int(length) for length in lengths)
     padded = torch.zeros(longest, dtype=torch.uint8)
     padded[: len(data)] = torch.tensor(list(data), dtype=torch.uint8)
     buffers = [torch.empty(longest, dtype=torch.uint8) for _ in range(size)]
     dist.all_gather(buffers, padded, group=group)
+    kept += [*lengths, length, padded, *buffers]
     return [
         _plain(json.loads(bytes(buffer[: int(length)].tolist())))
         for buffer, length in zip(buffers, lengths, strict=True)
@@ -173,12 +181,13 @@ def _set_up(group: Any) -> _Group:
     timeout = _group_timeout(group)
     threads = _kernel_threads(size)
     problem = _local_problem()
-    views = _all_gather_json((_node_identity(), problem), group)
+    kept: list[torch.Tensor] = []
+    views = _all_gather_json((_node_identity(), problem), group, kept)
     problems = sorted({p for _, p in views if p})
     if problems:
-        return _Group(None, "; ".join(problems), timeout, threads)
+        return _Group(None, "; ".join(problems), timeout, threads, kept)
     if len({node for node, _ in views}) > 1:
-        return _Group(None, "the group's ranks run on more than one node", timeout, threads)
+        return _Group(None, "the group's ranks run on more than one node", timeout, threads, kept)
 
     module = _load_module()
     slot = slot_bytes(size)
@@ -194,7 +203,7 @@ def _set_up(group: Any) -> _Group:
             offer[0] = (os.getpid(), created)
         except OSError as exc:
             offer[0] = f"rank 0 cannot create a {segment}-byte shared-memory segment ({exc})"
-    offer = _all_gather_json(offer[0], group)[:1]  # rank 0's offer, to every rank
+    offer = _all_gather_json(offer[0], group, kept)[:1]  # rank 0's offer, to every rank
     failure = offer[0] if isinstance(offer[0], str) else ""
     if me != 0 and not failure:
         pid, fd = offer[0]
@@ -206,16 +215,16 @@ def _set_up(group: Any) -> _Group:
                 os.close(opened)
         except (OSError, RuntimeError) as exc:
             failure = f"rank {me} cannot open rank 0's segment ({exc})"
-    results = _all_gather_json((failure, os.getpid()), group)
+    results = _all_gather_json((failure, os.getpid()), group, kept)
     if created >= 0:
         os.close(created)  # every rank has mapped it (or failed): the mapping keeps it alive
     failures = sorted({f for f, _ in results if f})
     if failures:
         if communicator is not None:
             communicator.close()
-        return _Group(None, "; ".join(failures), timeout, threads)
+        return _Group(None, "; ".join(failures), timeout, threads, kept)
     communicator.set_peer_pids([pid for _, pid in results])
-    return _Group(communicator, "", timeout, threads)
+    return _Group(communicator, "", timeout, threads, kept)
 
 
 def _state(group: Any) -> _Group:
