@@ -380,7 +380,7 @@ class Plan {
         prefetch_lines(reinterpret_cast<PyDictObject*>(found_[k])->ma_keys, 192);
       }
     }
-    PyObject* (&values)[kPrefetchBlock][kMaxStates + 1] = values_;
+    PyObject* (&values)[kPrefetchBlock][kMaxStates + 1] = values_;  // add() reads them back
     for (int64_t k = 0; k < n; ++k) {
       if (impls[k] != nullptr) prefetch_impl(impls[k]->grad().unsafeGetTensorImpl());
       values_known_[k] = false;
@@ -391,8 +391,7 @@ class Plan {
       if (!known) {  // a state dict scan_state() does not read: one lookup per key
         known = true;
         for (size_t s = 0; s <= specs_.size(); ++s) {
-          PyObject* key = s < specs_.size() ? specs_[s].key.ptr() : step_key_.ptr();
-          values[k][s] = PyDict_GetItemWithError(found, key);
+          values[k][s] = PyDict_GetItemWithError(found, key_at(s));
           if (values[k][s] == nullptr && PyErr_Occurred()) {
             PyErr_Clear();  // add() looks up again and raises in parameter order
             known = false;
@@ -452,6 +451,7 @@ class Plan {
     return true;
   }
 
+  // The key of spec `s`, or "step" for s == specs_.size().
   PyObject* key_at(size_t s) const {
     return s < specs_.size() ? specs_[s].key.ptr() : step_key_.ptr();
   }
@@ -541,9 +541,9 @@ class Plan {
     PyObject* found = found_[slot];
     // The state's values as prefetch_block() found them (nothing has run since), or a lookup.
     const bool known = found != kLookUpAgain && values_known_[slot];
-    auto value_of = [&](PyObject* dict, size_t s, PyObject* key) {
+    auto value_of = [&](PyObject* dict, size_t s) {
       if (known) return values_[slot][s];
-      PyObject* value = PyDict_GetItemWithError(dict, key);
+      PyObject* value = PyDict_GetItemWithError(dict, key_at(s));
       if (value == nullptr && PyErr_Occurred()) throw py::error_already_set();
       return value;
     };
@@ -555,7 +555,7 @@ class Plan {
       }
       entry.state = hold(found);
       for (size_t s = 0; s < specs_.size(); ++s) {
-        PyObject* value = value_of(found, s, specs_[s].key.ptr());
+        PyObject* value = value_of(found, s);
         if (value == nullptr || value == Py_None) continue;  // absent: created at commit
         auto key = [this, s] { return "state '" + specs_[s].name + "' "; };
         if (variable_or_null(value) == nullptr) {
@@ -584,7 +584,7 @@ class Plan {
         hold(value);
         entry.states[s] = &tensor;
       }
-      PyObject* step = value_of(found, specs_.size(), step_key_.ptr());
+      PyObject* step = value_of(found, specs_.size());
       if (step != nullptr && step != Py_None) {  // None: no count yet, as 0
         check_step(i, step);
         entry.step = hold(step);
