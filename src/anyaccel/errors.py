@@ -8,6 +8,8 @@ from __future__ import annotations
 __all__ = [
     "AcceleratorError",
     "AcceleratorUnavailableError",
+    "AnyaccelError",
+    "AnyaccelWarning",
     "CpuFallbackWarning",
     "DuplicateBackendError",
     "InvalidAcceleratorError",
@@ -18,7 +20,19 @@ __all__ = [
 ]
 
 
-class AcceleratorError(RuntimeError):
+class AnyaccelError(Exception):
+    """The root of every exception anyaccel defines: ``except AnyaccelError`` catches them all.
+
+    Each subclass also derives from the built-in type a caller would expect (``ValueError``,
+    ``TypeError``, ``RuntimeError``...), so code written against those keeps working.
+    """
+
+
+class AnyaccelWarning(UserWarning):
+    """The root of every warning anyaccel issues, for one ``warnings.filterwarnings`` line."""
+
+
+class AcceleratorError(AnyaccelError, RuntimeError):
     """Base class of every error anyaccel raises about accelerators."""
 
 
@@ -83,5 +97,5 @@ class UnsupportedFeatureError(AcceleratorError, NotImplementedError):
         super().__init__(f"{message}. {hint}" if hint else message)
 
 
-class CpuFallbackWarning(UserWarning):
+class CpuFallbackWarning(AnyaccelWarning):
     """Detection found no accelerator and fell back to the CPU."""

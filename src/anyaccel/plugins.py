@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 from anyaccel.abstract import Accelerator
-from anyaccel.errors import AcceleratorError
+from anyaccel.errors import AcceleratorError, AnyaccelWarning
 from anyaccel.guard import probe_timeout, run_guarded
 from anyaccel.probe import (
     ALLOW_ENV,
@@ -73,7 +73,7 @@ class UnknownPriorityTargetError(PluginError):
     """A ``before:NAME``/``after:NAME`` priority naming a backend this anyaccel lacks."""
 
 
-class PluginWarning(UserWarning):
+class PluginWarning(AnyaccelWarning):
     """A plugin was skipped or its probe failed; detection goes on without it."""
 
 

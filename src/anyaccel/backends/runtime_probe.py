@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from anyaccel.errors import AnyaccelError
 from anyaccel.probe import ProbeOutcome, package_installed
 
 __all__ = [
@@ -36,7 +37,7 @@ AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 Diagnosis = Callable[[str], "tuple[str, str] | None"]
 
 
-class RuntimeImportError(ImportError):
+class RuntimeImportError(AnyaccelError, ImportError):
     """A vendor runtime package is installed but importing it failed (or exited)."""
 
 

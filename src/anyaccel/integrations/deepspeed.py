@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from anyaccel.errors import AnyaccelError
 from anyaccel.forksafe import ForkSafeLock
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ _classes: list[type] = []
 _abcs: list[type] = []
 
 
-class DeepSpeedNotInstalledError(ImportError):
+class DeepSpeedNotInstalledError(AnyaccelError, ImportError):
     """DeepSpeed is needed for this call but cannot be imported."""
 
 

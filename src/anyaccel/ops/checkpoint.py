@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from anyaccel.errors import AnyaccelError
 from anyaccel.ops.hyperparams import torch_keys_we_cannot_check, validate
 
 if TYPE_CHECKING:
     from anyaccel.ops.host_optimizer import HostOptimizer
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(AnyaccelError, ValueError):
     """A state dict that cannot be loaded into this optimizer; nothing was loaded."""
 
 

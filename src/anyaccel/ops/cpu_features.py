@@ -7,6 +7,8 @@ import os
 import platform
 from dataclasses import dataclass
 
+from anyaccel.errors import AnyaccelError
+
 #: Environment variable forcing the SIMD level compiled into CPU ops (for fleets and CI).
 SIMD_ENV = "ANYACCEL_CPU_SIMD"
 
@@ -23,7 +25,7 @@ SIMD_REQUIRED_FLAGS: dict[str, frozenset[str]] = {
 }
 
 
-class UnsupportedSimdError(ValueError):
+class UnsupportedSimdError(AnyaccelError, ValueError):
     """``ANYACCEL_CPU_SIMD`` names a level this CPU cannot run (its code would die on SIGILL)."""
 
 

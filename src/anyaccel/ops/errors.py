@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from anyaccel.errors import AnyaccelError
 
-class OpError(RuntimeError):
+
+class OpError(AnyaccelError, RuntimeError):
     """Base class for every op-builder error, so callers can catch them all at once."""
 
 

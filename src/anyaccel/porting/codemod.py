@@ -18,6 +18,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
 
+from anyaccel.errors import AnyaccelError
 from anyaccel.porting.checker import Finding, check_source, classify, could_match
 
 __all__ = ["PortError", "PortResult", "port_source"]
@@ -33,7 +34,7 @@ _DEVICE_STRING = re.compile(r"cuda(?::(\d+))?")
 _GUARDABLE = frozenset({"ACC002", "ACC012", "ACC020"})
 
 
-class PortError(ValueError):
+class PortError(AnyaccelError, ValueError):
     """The file cannot be ported: it does not parse, or the port would not parse (a bug)."""
 
 

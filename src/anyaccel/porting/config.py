@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from anyaccel.errors import AnyaccelError
 from anyaccel.porting.rules import RULES
 from anyaccel.porting.source_files import DEFAULT_EXCLUDES, IgnoreRules
 
@@ -22,7 +23,7 @@ __all__ = ["CheckConfig", "ConfigError", "find_config", "load_config", "resolve_
 _KEYS = frozenset({"select", "ignore", "exclude", "respect-gitignore"})
 
 
-class ConfigError(ValueError):
+class ConfigError(AnyaccelError, ValueError):
     """``[tool.anyaccel]`` (or a command-line rule code) is wrong; the message says how."""
 
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from anyaccel.errors import AnyaccelError
+
 __all__ = [
     "CHECKS",
     "CheckResult",
@@ -35,11 +37,11 @@ __all__ = [
 ]
 
 
-class ConformanceError(ValueError):
+class ConformanceError(AnyaccelError, ValueError):
     """The thing to check could not be found or created."""
 
 
-class SkipCheck(Exception):
+class SkipCheck(AnyaccelError):
     """Raised inside a check that cannot run in this process; the message says why."""
 
 
