@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from anyaccel.deepspeed_abc import register_with_deepspeed
 from anyaccel.errors import UnsupportedFeatureError
-from anyaccel.integrations.deepspeed import register_with_deepspeed
 from anyaccel.synchronous import (
     HostEvent,
     HostGraph,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 
+from anyaccel import deepspeed_abc
 from anyaccel.integrations import deepspeed as ds_integration
 
 from .conftest import run_python
@@ -155,7 +157,7 @@ def test_the_import_hook_is_installed_once_and_ignores_other_modules() -> None:
 
     ds_integration.register_with_deepspeed(Extra)
     ds_integration.register_with_deepspeed(Extra)
-    watchers = [f for f in sys.meta_path if isinstance(f, ds_integration._DeepSpeedABCWatcher)]
+    watchers = [f for f in sys.meta_path if isinstance(f, deepspeed_abc._DeepSpeedABCWatcher)]
     assert len(watchers) == 1
     assert watchers[0].find_spec("json", None) is None
     assert watchers[0].find_spec("deepspeed_not_a_real_module_xyz", None) is None
@@ -172,3 +174,74 @@ def test_importing_anyaccel_and_detecting_never_imports_deepspeed(ds_python: str
         assert not loaded, loaded
         """,
     )
+
+
+def test_install_hands_over_a_backend_deepspeed_does_not_know(ds_python: str) -> None:
+    # DeepSpeed 0.19.8's own detection raises ValueError for DS_ACCELERATOR=musa while
+    # ``import deepspeed`` runs; install() first makes DeepSpeed take anyaccel's musa.
+    run_python(
+        ds_python,
+        """
+        import os
+        os.environ["DS_ACCELERATOR"] = "musa"
+        from anyaccel.testing.simulated import simulate_musa
+        with simulate_musa(2):
+            import anyaccel.integrations.deepspeed as ds_integration
+            acc = ds_integration.install()
+            assert acc._name == "musa", acc._name
+            import deepspeed
+            from deepspeed.accelerator import get_accelerator
+            assert get_accelerator() is acc
+            assert deepspeed.accelerator.get_accelerator().device_name(1) == "musa:1"
+        """,
+    )
+
+
+def test_install_after_a_failed_import_deepspeed_still_hands_over(ds_python: str) -> None:
+    # ``import deepspeed`` failed on DS_ACCELERATOR=musa but left its selector module loaded;
+    # install() gives that selector anyaccel's accelerator, and the next import works.
+    run_python(
+        ds_python,
+        """
+        import os
+        os.environ["DS_ACCELERATOR"] = "musa"
+        from anyaccel.testing.simulated import simulate_musa
+        with simulate_musa(1):
+            try:
+                import deepspeed
+            except ValueError as error:
+                assert "DS_ACCELERATOR" in str(error), error
+            else:
+                raise AssertionError("DeepSpeed 0.19.8 accepted DS_ACCELERATOR=musa by itself")
+            from anyaccel.integrations.deepspeed import install
+            acc = install()
+            import deepspeed
+            from deepspeed.accelerator import get_accelerator
+            assert get_accelerator() is acc and deepspeed.get_accelerator() is acc
+        """,
+    )
+
+
+def test_deepspeed_failing_to_import_is_a_clear_error(tmp_path: Path) -> None:
+    broken = tmp_path / "deepspeed"
+    broken.mkdir()
+    (broken / "__init__.py").write_text(
+        "raise ValueError(\"DS_ACCELERATOR must be one of ['cuda', 'cpu']\")\n"
+    )
+    result = run_python(
+        sys.executable,
+        """
+        from anyaccel.integrations.deepspeed import DeepSpeedHandOverError, install
+        try:
+            install()
+        except DeepSpeedHandOverError as error:
+            message = str(error)
+        else:
+            raise AssertionError("no error")
+        assert "DS_ACCELERATOR must be one of" in message, message
+        assert "'cpu' accelerator" in message and "call install() before" in message, message
+        print("ok")
+        """,
+        paths=(str(tmp_path),),
+    )
+    assert "ok" in result.stdout

@@ -1,162 +1,65 @@
 """Hand anyaccel's accelerator to DeepSpeed: ``deepspeed.accelerator`` then runs on it.
 
 DeepSpeed's ``set_accelerator`` accepts only instances of its own ``DeepSpeedAccelerator``
-ABC. anyaccel registers its :class:`~anyaccel.Accelerator` as a virtual subclass of that ABC
-as soon as both classes exist, whichever is imported first, without importing DeepSpeed:
-when anyaccel's contract loads it registers with a DeepSpeed already in ``sys.modules``, and
-otherwise a small import hook registers at the moment DeepSpeed's ABC module finishes
-loading. :func:`install` does the whole hand-over explicitly::
+ABC; :mod:`anyaccel.deepspeed_abc` registers anyaccel's classes with it as soon as both
+exist, without importing DeepSpeed. :func:`install` does the whole hand-over explicitly::
 
     import anyaccel.integrations.deepspeed as ds_integration
     ds_integration.install()            # before deepspeed.initialize(...)
 
-This module imports neither torch nor DeepSpeed at load time.
+Called before ``import deepspeed``, it also covers backends DeepSpeed's own list lacks
+(``DS_ACCELERATOR=musa``, plugins): DeepSpeed takes the accelerator before its import-time
+detection runs. This module imports neither torch nor DeepSpeed at load time.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
 import sys
-from collections.abc import Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from anyaccel.errors import AnyaccelError
-from anyaccel.forksafe import ForkSafeLock
+from anyaccel.deepspeed_abc import (
+    DEEPSPEED_ABC_MODULES,
+    DEEPSPEED_SELECTOR_MODULE,
+    hand_over_when_loaded,
+    register_with_deepspeed,
+    registered_abcs,
+)
+from anyaccel.errors import AcceleratorError, AnyaccelError
 
 if TYPE_CHECKING:
     from anyaccel.abstract import Accelerator
 
 __all__ = [
     "DEEPSPEED_ABC_MODULES",
+    "DeepSpeedHandOverError",
     "DeepSpeedNotInstalledError",
     "install",
     "register_with_deepspeed",
     "registered_abcs",
 ]
 
-#: Modules that define DeepSpeed's ``DeepSpeedAccelerator``: the installed package's, and the
-#: top-level ``accelerator`` package DeepSpeed's ``set_accelerator`` also accepts (build time).
-DEEPSPEED_ABC_MODULES: tuple[str, ...] = (
-    "deepspeed.accelerator.abstract_accelerator",
-    "accelerator.abstract_accelerator",
-)
-
-_lock = ForkSafeLock(reentrant=True)  # renewed in a forked child
-#: anyaccel classes to register with every DeepSpeed ABC that appears.
-_classes: list[type] = []
-#: The DeepSpeed ABCs registered with so far (by identity; a reload makes a new one).
-_abcs: list[type] = []
-
 
 class DeepSpeedNotInstalledError(AnyaccelError, ImportError):
     """DeepSpeed is needed for this call but cannot be imported."""
 
 
-def _deepspeed_abc(module: ModuleType | None) -> type | None:
-    """The ``DeepSpeedAccelerator`` ABC defined by ``module``, if it is that ABC's module."""
-    candidate = getattr(module, "DeepSpeedAccelerator", None) if module is not None else None
-    if isinstance(candidate, type) and hasattr(candidate, "register"):
-        return candidate
-    return None
-
-
-def _register_all() -> None:
-    """Register every known anyaccel class with every DeepSpeed ABC loaded now."""
-    with _lock:
-        for module_name in DEEPSPEED_ABC_MODULES:
-            abc_class = _deepspeed_abc(sys.modules.get(module_name))
-            if abc_class is None:
-                continue
-            for cls in _classes:
-                if not issubclass(cls, abc_class):
-                    abc_class.register(cls)  # type: ignore[attr-defined]
-            if not any(known is abc_class for known in _abcs):
-                _abcs.append(abc_class)
-
-
-def registered_abcs() -> list[type]:
-    """The DeepSpeed ``DeepSpeedAccelerator`` classes anyaccel has registered with so far."""
-    with _lock:
-        return list(_abcs)
-
-
-class _RegisteringLoader(importlib.abc.Loader):
-    """Runs the real loader, then registers anyaccel's classes with the ABC it just defined."""
-
-    def __init__(self, loader: importlib.abc.Loader) -> None:
-        self._loader = loader
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        # The module is complete (and in sys.modules) but not yet returned to the importer:
-        # register now, so the ABC knows anyaccel's classes before DeepSpeed checks one.
-        _register_all()
-
-    def __getattr__(self, name: str) -> Any:
-        # get_source, get_filename, is_package...: whatever else the real loader offers.
-        return getattr(self._loader, name)
-
-
-class _DeepSpeedABCWatcher(importlib.abc.MetaPathFinder):
-    """A meta-path finder that only answers for DeepSpeed's ABC modules (one set lookup)."""
-
-    def find_spec(
-        self,
-        fullname: str,
-        path: Sequence[str] | None,
-        target: ModuleType | None = None,
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in DEEPSPEED_ABC_MODULES:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or isinstance(finder, _DeepSpeedABCWatcher):
-                continue
-            find_spec = getattr(finder, "find_spec", None)
-            spec: importlib.machinery.ModuleSpec | None = (
-                find_spec(fullname, path, target) if find_spec is not None else None
-            )
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _RegisteringLoader(spec.loader)
-        return spec
-
-
-def _install_watcher() -> None:
-    if not any(isinstance(finder, _DeepSpeedABCWatcher) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _DeepSpeedABCWatcher())
-
-
-def register_with_deepspeed(cls: type) -> None:
-    """Make ``cls`` a virtual subclass of DeepSpeed's ABC, now or when DeepSpeed loads it.
-
-    Imports nothing: a DeepSpeed already imported is registered with at once; otherwise
-    an import hook does it when ``deepspeed.accelerator`` is first imported.
-    """
-    with _lock:
-        if cls not in _classes:
-            _classes.append(cls)
-        _install_watcher()
-        _register_all()
+class DeepSpeedHandOverError(AcceleratorError):
+    """DeepSpeed could not be made to use anyaccel's accelerator; the message says why."""
 
 
 def install(accelerator: Accelerator | None = None) -> Accelerator:
     """Make DeepSpeed use ``accelerator`` (default: ``anyaccel.get_accelerator()``); returns it.
 
-    Imports DeepSpeed, registers the accelerator's class with DeepSpeed's ABC and calls
-    ``deepspeed.accelerator.set_accelerator``, whatever was imported first. What DeepSpeed
-    binds while it is imported (the op-builder classes in ``deepspeed.ops.op_builder``, whose
-    native modules DeepSpeed's optimizers call) stays DeepSpeed's own. Raises
-    :class:`DeepSpeedNotInstalledError` when DeepSpeed cannot be imported, and
-    ``anyaccel.InvalidAcceleratorError`` for an object that is no accelerator.
+    Imports DeepSpeed, registers the accelerator's class with DeepSpeed's ABC and sets it as
+    DeepSpeed's accelerator, whatever was imported first. Called before ``import deepspeed``,
+    DeepSpeed takes it while it loads, so a backend DeepSpeed does not know (``musa``, a
+    plugin) is handed over too. What DeepSpeed binds while it is imported (the op-builder
+    classes in ``deepspeed.ops.op_builder``, whose native modules DeepSpeed's optimizers
+    call) stays DeepSpeed's own. Raises :class:`DeepSpeedNotInstalledError` when DeepSpeed
+    cannot be imported, :class:`DeepSpeedHandOverError` when DeepSpeed refuses the
+    accelerator, and ``anyaccel.InvalidAcceleratorError`` for an object that is no accelerator.
     """
     from anyaccel.detection import get_accelerator, set_accelerator
 
@@ -165,6 +68,12 @@ def install(accelerator: Accelerator | None = None) -> Accelerator:
     else:
         set_accelerator(accelerator)  # validates it (and adopts duck-typed accelerators)
     register_with_deepspeed(type(accelerator))
+    # A selector loaded by an earlier, failed ``import deepspeed`` takes it now; otherwise the
+    # hook gives it to the selector as it loads, before DeepSpeed's import-time detection.
+    selector = sys.modules.get(DEEPSPEED_SELECTOR_MODULE)
+    if selector is not None:
+        _set_in_deepspeed(selector, accelerator)
+    hand_over_when_loaded(accelerator)
     try:
         ds_accelerator = importlib.import_module("deepspeed.accelerator")
     except ImportError as error:
@@ -172,6 +81,24 @@ def install(accelerator: Accelerator | None = None) -> Accelerator:
             f"anyaccel.integrations.deepspeed.install() needs DeepSpeed, which cannot be "
             f"imported here ({error}). Install it with `DS_BUILD_OPS=0 pip install deepspeed`."
         ) from error
-    _register_all()
-    ds_accelerator.set_accelerator(accelerator)
+    except ValueError as error:  # DeepSpeed's own detection, or its config checks
+        raise DeepSpeedHandOverError(
+            f"DeepSpeed failed to import with anyaccel's {accelerator._name!r} accelerator "
+            f"handed over: {error}. If it names DS_ACCELERATOR, something imported DeepSpeed "
+            "in a way anyaccel could not see: call install() before anything imports it."
+        ) from error
+    finally:
+        hand_over_when_loaded(None)
+    _set_in_deepspeed(ds_accelerator, accelerator)
     return accelerator
+
+
+def _set_in_deepspeed(module: ModuleType, accelerator: Accelerator) -> None:
+    """``module.set_accelerator(accelerator)``, DeepSpeed's ABC refusal said plainly."""
+    try:
+        module.set_accelerator(accelerator)
+    except AssertionError as error:  # DeepSpeed's ABC check
+        raise DeepSpeedHandOverError(
+            f"DeepSpeed's set_accelerator refused {type(accelerator).__qualname__}: {error}. "
+            "Its class could not be registered with DeepSpeed's DeepSpeedAccelerator ABC."
+        ) from error
