@@ -243,7 +243,12 @@ Board.device_name = device_name
 
 @pytest.mark.parametrize(
     ("name", "extra", "claim"),
-    [("cuda", "", "_name 'cuda'"), ("npu", "", "_name 'npu'"), ("acme", _DEVICE_CUDA, "'cuda'")],
+    [
+        ("cuda", "", "_name 'cuda'"),
+        ("npu", "", "_name 'npu'"),
+        ("cpu", "", "_name 'cpu'"),
+        ("acme", _DEVICE_CUDA, "'cuda'"),
+    ],
 )
 def test_plugin_reporting_a_builtin_name_is_rejected(
     site: Path, name: str, extra: str, claim: str
@@ -257,6 +262,28 @@ def test_plugin_reporting_a_builtin_name_is_rejected(
     assert any("PluginWarning" in w and claim in w for w in result["warnings"])
     trace = [row for row in result["rows"] if row[0] == "acme (plugin board-accel)"]
     assert trace and trace[0][1] == "broken" and claim in trace[0][2]
+
+
+_NAMED_IN_INIT = """
+def __init__(self):
+    CpuAccelerator.__init__(self)
+    self._name = "toyhw"  # DeepSpeed's accelerators name themselves in __init__
+
+Board.__init__ = __init__
+"""
+
+
+@pytest.mark.parametrize("forced", [None, "toyhw"])
+def test_plugin_naming_itself_in_init_over_an_inherited_name_is_accepted(
+    site: Path, forced: str | None
+) -> None:
+    # The class inherits (here: declares) _name 'cpu'; the constructed accelerator says
+    # 'toyhw', the name it is registered under: it claims nothing built-in.
+    install(site, "pass", name="cpu", entry="toyhw", extra=_NAMED_IN_INIT)
+    result = detect(site, **({"DS_ACCELERATOR": forced} if forced else {}))
+    assert (result["name"], result["class"]) == ("toyhw", "Board"), result
+    assert [row[:2] for row in result["plugins"]] == [["toyhw", "loaded"]]
+    assert not any("PluginWarning" in w for w in result["warnings"]), result["warnings"]
 
 
 # ---------------------------------------------------------------- fork

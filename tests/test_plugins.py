@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import anyaccel
-from anyaccel import detection, plugins
+from anyaccel import detection, plugins, registry
 from anyaccel.detection import BackendCandidate
 from anyaccel.errors import AcceleratorUnavailableError, UnknownAcceleratorError
 from anyaccel.plugins import PluginError, PluginWarning, resolve_priority
@@ -264,7 +264,7 @@ def test_allow_list_keeps_other_plugins_unloaded(
     assert anyaccel.get_accelerator()._name == "cpu"
     assert imports == []
     assert "acme" not in anyaccel.SUPPORTED_ACCELERATOR_LIST
-    assert [s.state for s in plugins.plugin_statuses()] == ["not allowed"]
+    assert [s.state for s in registry.plugin_statuses()] == ["not allowed"]
 
 
 def test_forcing_a_plugin_left_out_of_the_allow_list_is_an_unknown_name(

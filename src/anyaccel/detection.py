@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from anyaccel.errors import (
 )
 from anyaccel.forksafe import ForkSafeLock
 from anyaccel.guard import probe_timeout, refuse_reentry, run_guarded
+from anyaccel.plugins import PluginWarning, claimed_builtin_name, name_claim_message
 from anyaccel.probe import (
     ALLOW_ENV,
     FORCE_ENV,
@@ -46,6 +46,8 @@ from anyaccel.registry import (
     SUPPORTED_ACCELERATOR_LIST,
     builtin_names,
     forget_plugins,
+    mark_plugin_failed,
+    plugin_statuses,
     register_backend,
     registered_backends,
     unregister_backend,
@@ -151,11 +153,7 @@ class DetectionReport:
 
 
 def _plugin_rows(looked_for: bool) -> tuple[PluginStatus, ...]:
-    plugins = sys.modules.get("anyaccel.plugins")
-    if not looked_for or plugins is None:
-        return ()
-    rows: tuple[PluginStatus, ...] = plugins.plugin_statuses()
-    return rows
+    return plugin_statuses() if looked_for else ()
 
 
 def _resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
@@ -195,9 +193,7 @@ def _remedy(candidate: BackendCandidate) -> str:
 
 def _plugin_failed(candidate: BackendCandidate, state: PluginState, detail: str) -> None:
     """Warn about a plugin passed over in detection, and record it in its status row."""
-    from anyaccel.plugins import PluginWarning, mark_failed
-
-    mark_failed(candidate.name, candidate.origin, state, detail)
+    mark_plugin_failed(candidate.name, candidate.origin, state, detail)
     warnings.warn(f"{detail}; passing over it", PluginWarning, stacklevel=5)
 
 
@@ -217,8 +213,6 @@ def _constructed(candidate: BackendCandidate) -> Accelerator:
         _resolve(candidate.accelerator)(), check_signatures=not candidate.is_builtin
     )
     if not candidate.is_builtin:
-        from anyaccel.plugins import claimed_builtin_name, name_claim_message
-
         claim = claimed_builtin_name(accelerator, builtin_names())
         if claim is not None:
             raise _NameClaimed(name_claim_message(candidate.name, candidate.origin, claim))

@@ -3,7 +3,9 @@
 A vendor package declares ``name = "package.module:Class"`` in that group; the class may set
 ``detection_priority`` (an int, ``"before:cuda"`` or ``"after:npu"``; default ``"before:cuda"``)
 and a ``probe()`` static method returning a :class:`~anyaccel.probe.ProbeOutcome`.
-Plugins load lazily, the first time the registry is read, never at ``import anyaccel``.
+Discovery returns values (candidates and status rows) and keeps no state: the registry
+(:mod:`anyaccel.registry`) loads plugins the first time it is read, never at
+``import anyaccel``, and keeps what was found.
 
 Rules: ``ANYACCEL_PLUGINS`` (comma-separated entry-point or distribution names; empty or
 ``none`` for no plugins) restricts which plugins load. Plugin code (its import here, its probe
@@ -11,7 +13,9 @@ and constructor in detection) runs behind :mod:`anyaccel.guard`: a plugin that r
 anything (``SystemExit`` included), overruns ``ANYACCEL_PROBE_TIMEOUT`` or asks for the
 accelerator while detection runs is passed over with a :class:`PluginWarning` and a
 ``broken`` row in the detection trace. Built-in names are reserved: a plugin whose entry
-point, ``_name`` or ``device_name()`` claims one is rejected. Two distributions claiming one
+point claims one, or whose constructed accelerator reports one as its ``_name`` or
+``device_name()``, is rejected (a class attribute inherited from a built-in base and replaced
+in ``__init__``, as DeepSpeed's accelerators do, claims nothing). Two distributions claiming one
 name are both rejected until ``ANYACCEL_PLUGINS`` picks one.
 """
 
@@ -25,7 +29,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from anyaccel.abstract import Accelerator
 from anyaccel.errors import AcceleratorError, AnyaccelWarning
@@ -42,16 +46,15 @@ __all__ = [
     "ALLOW_ENV",
     "DEFAULT_PRIORITY",
     "ENTRY_POINT_GROUP",
+    "PluginDiscovery",
     "PluginError",
     "PluginStatus",
     "PluginWarning",
     "UnknownPriorityTargetError",
     "claimed_builtin_name",
     "default_probe",
-    "late_candidates",
     "load_plugins",
     "plugin_candidates",
-    "plugin_statuses",
     "resolve_priority",
 ]
 
@@ -77,24 +80,11 @@ class PluginWarning(AnyaccelWarning):
     """A plugin was skipped or its probe failed; detection goes on without it."""
 
 
-_statuses: list[PluginStatus] = []
+class PluginDiscovery(NamedTuple):
+    """What discovery found: the candidates to add, and one status row per entry point."""
 
-
-def plugin_statuses() -> tuple[PluginStatus, ...]:
-    """What became of each entry point :func:`load_plugins` found (detection updates it)."""
-    return tuple(_statuses)
-
-
-def clear_statuses() -> None:
-    """Forget what was found (the registry calls this when it forgets plugins)."""
-    _statuses.clear()
-
-
-def mark_failed(name: str, distribution: str, state: PluginState, detail: str) -> None:
-    """Record that a loaded plugin failed later (its probe or constructor), replacing its row."""
-    for index, status in enumerate(_statuses):
-        if (status.name, status.distribution) == (name, distribution):
-            _statuses[index] = PluginStatus(name, status.value, distribution, state, detail)
+    candidates: list[BackendCandidate]
+    statuses: list[PluginStatus]
 
 
 def claimed_builtin_name(accelerator: Any, builtin: frozenset[str]) -> str | None:
@@ -242,8 +232,8 @@ def _label(name: str, distribution: str) -> str:
 def plugin_candidates(
     entry_points: Iterable[importlib.metadata.EntryPoint],
     existing: Sequence[BackendCandidate],
-) -> list[BackendCandidate]:
-    """The candidates ``entry_points`` contribute beside ``existing`` (records each outcome)."""
+) -> PluginDiscovery:
+    """The candidates ``entry_points`` contribute beside ``existing``, and each one's status."""
     allowed = _allow_list()
     reserved = {c.name for c in existing}
     points = list(entry_points)
@@ -251,7 +241,7 @@ def plugin_candidates(
     for ep in points:
         if _allowed(ep, allowed):
             by_name.setdefault(ep.name, set()).add(f"{_distribution(ep)}={ep.value}")
-    _statuses.clear()
+    statuses: list[PluginStatus] = []
     result: list[BackendCandidate] = []
     seen: set[tuple[str, str]] = set()
     for ep in points:
@@ -263,7 +253,7 @@ def plugin_candidates(
         def status(
             state: PluginState, detail: str = "", ep: Any = ep, dist: str = distribution
         ) -> None:
-            _statuses.append(PluginStatus(ep.name, ep.value, dist, state, detail))
+            statuses.append(PluginStatus(ep.name, ep.value, dist, state, detail))
 
         if not _allowed(ep, allowed):
             status(PluginState.NOT_ALLOWED, f"{ALLOW_ENV}={os.environ.get(ALLOW_ENV, '')!r}")
@@ -280,12 +270,6 @@ def plugin_candidates(
             continue
         try:
             candidate = _load(ep, distribution, existing)
-        except _NameClaim as claim:
-            detail = name_claim_message(ep.name, distribution, str(claim))
-            status(PluginState.REJECTED, detail)
-            warnings.warn(detail, PluginWarning, stacklevel=3)
-            result.append(_failed_candidate(ep.name, distribution, "rejected: " + detail, existing))
-            continue
         except Exception as error:
             detail = f"plugin {ep.name!r} ({distribution}, {ep.value}) failed to load: " + (
                 str(error) if isinstance(error, PluginError) else f"{type(error).__name__}: {error}"
@@ -296,7 +280,7 @@ def plugin_candidates(
             continue
         status(PluginState.LOADED, f"priority {candidate.priority}")
         result.append(candidate)
-    return result
+    return PluginDiscovery(result, statuses)
 
 
 def _naming_problem(name: str, reserved: set[str], claims: set[str]) -> str | None:
@@ -351,10 +335,8 @@ def _load(
             f"{ep.value} is a {type(loaded).__name__}, not an accelerator class; "
             "point the entry point at the class, as 'package.module:Class'"
         )
-    builtin = frozenset(c.name for c in existing if c.is_builtin)
-    declared_name = inspect.getattr_static(loaded, "_name", None)
-    if isinstance(declared_name, str) and declared_name.strip().lower() in builtin:
-        raise _NameClaim(f"its class declares _name {declared_name!r}", declared_name)
+    # The name claim is judged on the constructed accelerator (detection does it, guarded):
+    # a DeepSpeed-style class sets ``self._name`` in ``__init__`` over an inherited one.
     spec = getattr(loaded, "detection_priority", DEFAULT_PRIORITY)
     try:
         priority = resolve_priority(spec, existing)
@@ -375,14 +357,6 @@ def _load(
     )
 
 
-class _NameClaim(PluginError):
-    """A plugin class that calls itself by a built-in backend's name."""
-
-    def __init__(self, what: str, claimed: str) -> None:
-        self.claimed = claimed
-        super().__init__(what)
-
-
 def name_claim_message(name: str, distribution: str, what: str) -> str:
     """The warning for a plugin that reports a built-in backend's name as its own."""
     return (
@@ -392,30 +366,13 @@ def name_claim_message(name: str, distribution: str, what: str) -> str:
     )
 
 
-def load_plugins(existing: Sequence[BackendCandidate]) -> list[BackendCandidate]:
-    """Discover installed plugins and return their candidates (the registry adds them)."""
+def load_plugins(existing: Sequence[BackendCandidate]) -> PluginDiscovery:
+    """Discover installed plugins: their candidates (the registry adds them) and status rows."""
     try:
         points = _entry_points()
     except Exception as error:  # broken metadata on sys.path must not stop detection
         warnings.warn(
             f"could not read {ENTRY_POINT_GROUP!r} entry points: {error}", PluginWarning, 2
         )
-        return []
+        return PluginDiscovery([], [])
     return plugin_candidates(points, existing)
-
-
-def late_candidates(existing: Sequence[BackendCandidate]) -> list[BackendCandidate]:
-    """Everything that joins the registry on its first read: plugins, then torch's own device.
-
-    The torch device (see :mod:`anyaccel.backends.generic`) is added under its own name, so
-    ``DS_ACCELERATOR=foo`` works for a PrivateUse1 device ``foo`` that no backend claims.
-    """
-    candidates = load_plugins(existing)
-    from anyaccel.backends.generic import device_alias_candidate
-
-    try:
-        alias = device_alias_candidate({c.name for c in [*existing, *candidates]})
-    except Exception as error:  # asking torch must never stop detection
-        logger.debug("could not ask torch for its device type: %s", error)
-        alias = None
-    return [*candidates, alias] if alias is not None else candidates

@@ -12,10 +12,6 @@ import importlib.util
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from anyaccel.abstract import Accelerator
 
 __all__ = [
     "ALLOW_ENV",
@@ -147,8 +143,9 @@ class BackendCandidate:
     """Lower priorities are probed first."""
     probe: str | Callable[[], ProbeOutcome]
     """``"module:function"`` (or the function) returning a :class:`ProbeOutcome`."""
-    accelerator: str | Callable[[], Accelerator]
-    """``"module:Class"`` (or a callable) that makes the accelerator once probed."""
+    accelerator: str | Callable[[], object]
+    """``"module:Class"`` (or a callable) that makes the accelerator once probed (detection
+    checks what it makes against the contract: this vocabulary module knows no contract)."""
     origin: str = "anyaccel"
     """Who registered it: ``"anyaccel"`` or the plugin's distribution."""
 

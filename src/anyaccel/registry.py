@@ -1,5 +1,7 @@
 """The candidates detection chooses from: anyaccel's built-ins, plugins, and registered ones.
 
+The registry owns every candidate list and what became of each plugin (its status rows).
+
 Each candidate names its probe and accelerator class as ``"module:attribute"`` strings, so
 nothing is imported until that candidate is probed. Plugins (:mod:`anyaccel.plugins`) join
 the first time the registry is read, never at ``import anyaccel``. Registering a name that is
@@ -8,19 +10,24 @@ taken is refused unless ``override=True``.
 
 from __future__ import annotations
 
-import sys
+import logging
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from anyaccel.errors import DuplicateBackendError
 from anyaccel.forksafe import ForkSafeLock, after_fork_in_child
-from anyaccel.probe import BackendCandidate
+from anyaccel.probe import BackendCandidate, PluginState, PluginStatus
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = [
     "BUILTIN_CANDIDATES",
     "SUPPORTED_ACCELERATOR_LIST",
     "builtin_names",
+    "mark_plugin_failed",
+    "plugin_statuses",
     "register_backend",
     "registered_backends",
     "unregister_backend",
@@ -67,6 +74,8 @@ BUILTIN_CANDIDATES: tuple[BackendCandidate, ...] = (
     _builtin("generic", "generic (torch.accelerator)", 950, "generic", "GenericAccelerator"),
     _builtin("cpu", "cpu (fallback)", 10_000, "cpu", "CpuAccelerator"),
 )
+
+logger = logging.getLogger("anyaccel.plugins")
 
 _registry_lock = ForkSafeLock()
 _candidates: list[BackendCandidate] = list(BUILTIN_CANDIDATES)
@@ -173,6 +182,47 @@ _plugins_lock = ForkSafeLock(reentrant=True)
 _plugins_state = "unloaded"  # -> "loading" -> "loaded"
 _plugins_loader: int | None = None  # the thread loading them
 _plugin_candidates: list[BackendCandidate] = []
+_plugin_statuses: list[PluginStatus] = []
+
+
+def plugin_statuses() -> tuple[PluginStatus, ...]:
+    """What became of each plugin entry point found so far (detection amends the rows)."""
+    with _registry_lock:
+        return tuple(_plugin_statuses)
+
+
+def mark_plugin_failed(name: str, distribution: str, state: PluginState, detail: str) -> None:
+    """Record that a loaded plugin failed later (its probe or constructor), replacing its row."""
+    with _registry_lock:
+        for index, status in enumerate(_plugin_statuses):
+            if (status.name, status.distribution) == (name, distribution):
+                _plugin_statuses[index] = PluginStatus(
+                    name, status.value, distribution, state, detail
+                )
+
+
+def _late_candidates(
+    existing: list[BackendCandidate],
+) -> tuple[list[BackendCandidate], list[PluginStatus]]:
+    """Everything that joins on the first read: plugins, then torch's own device type.
+
+    The torch device (see :mod:`anyaccel.backends.generic`) is added under its own name, so
+    ``DS_ACCELERATOR=foo`` works for a PrivateUse1 device ``foo`` that no backend claims.
+    """
+    # Deferred for cost (plugins import the contract and torch), not to dodge a cycle.
+    from anyaccel.backends.generic import device_alias_candidate
+    from anyaccel.plugins import PluginDiscovery, load_plugins
+
+    found = load_plugins(existing)
+
+    try:
+        alias = device_alias_candidate({c.name for c in [*existing, *found.candidates]})
+    except Exception as error:  # asking torch must never stop detection
+        logger.debug("could not ask torch for its device type: %s", error)
+        alias = None
+    if alias is None:
+        return found
+    return PluginDiscovery([*found.candidates, alias], found.statuses)
 
 
 def load_plugins_once() -> None:
@@ -185,14 +235,13 @@ def load_plugins_once() -> None:
             return
         _plugins_state, _plugins_loader = "loading", threading.get_ident()
         try:
-            from anyaccel.plugins import late_candidates
-
             with _registry_lock:
                 existing = list(_candidates)
-            added = late_candidates(existing)
+            added, statuses = _late_candidates(existing)
             with _registry_lock:
                 _candidates.extend(added)
                 _plugin_candidates[:] = added
+                _plugin_statuses[:] = statuses
                 _refresh_supported_names()
         finally:
             _plugins_state, _plugins_loader = "loaded", None
@@ -201,11 +250,9 @@ def load_plugins_once() -> None:
 def forget_plugins() -> None:
     """Drop plugin candidates so the next registry read discovers plugins again."""
     global _plugins_state
-    plugins = sys.modules.get("anyaccel.plugins")
     with _plugins_lock:
-        if plugins is not None:
-            plugins.clear_statuses()
         with _registry_lock:
+            _plugin_statuses.clear()
             paths = {c.path for c in _plugin_candidates}
             _candidates[:] = [c for c in _candidates if c.path not in paths]
             _plugin_candidates.clear()

@@ -139,7 +139,7 @@ def vendor_packages() -> list[dict[str, str]]:
         if distribution is not None:
             version = importlib.metadata.version(distribution)
             found.append({"module": module, "distribution": distribution, "version": version})
-    from anyaccel.plugins import plugin_statuses
+    from anyaccel.registry import plugin_statuses
 
     for status in plugin_statuses():
         if all(entry["distribution"] != status.distribution for entry in found):
@@ -216,7 +216,7 @@ def _op_capabilities(accelerator: Any) -> list[dict[str, Any]]:
 
 
 def _plugins() -> list[dict[str, str]]:
-    from anyaccel.plugins import plugin_statuses
+    from anyaccel.registry import plugin_statuses
 
     return [
         {
