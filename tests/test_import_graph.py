@@ -1,87 +1,133 @@
-"""The import graph of src/anyaccel: module-level imports only point down, and stay acyclic."""
+"""The import graph of src/anyaccel: every import of ours points down the declared layers.
+
+Every import counts: module level, inside functions, under ``TYPE_CHECKING``. A lower layer
+that must name something higher does so as a ``"module:attr"`` string resolved in one place
+(the registry's candidates, the CLI's command table), never by an import or by reading
+``sys.modules``. docs/architecture.md shows the same table.
+"""
 
 from __future__ import annotations
 
 import ast
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "anyaccel"
+ARCHITECTURE_PAGE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+
+#: The layers, bottom up: (name, module prefixes). A module belongs to the layer of the
+#: longest prefix that matches it; ``anyaccel`` alone is the package's public face.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "vocabulary",
+        (
+            "anyaccel.errors",
+            "anyaccel.forksafe",
+            "anyaccel.probe",
+            "anyaccel.tensor_types",
+            "anyaccel.synchronous",
+            "anyaccel.porting",
+        ),
+    ),
+    ("guard and kernels", ("anyaccel.guard", "anyaccel.deepspeed_abc", "anyaccel.ops")),
+    ("contract", ("anyaccel.abstract", "anyaccel.contract")),
+    ("backends", ("anyaccel.backends", "anyaccel.plugins")),
+    ("registry", ("anyaccel.registry",)),
+    ("detection", ("anyaccel.detection",)),
+    (
+        "face",
+        ("anyaccel", "anyaccel.integrations", "anyaccel.distributed", "anyaccel.testing"),
+    ),
+    ("cli", ("anyaccel.cli", "anyaccel.__main__")),
+)
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(SOURCE.parent).with_suffix("").parts)
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of ``module`` (the longest matching prefix decides)."""
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            matches = module == prefix or module.startswith(prefix + ".")
+            if matches and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), index)
+    if best is None:
+        raise LookupError(f"{module} is in no layer: add it to LAYERS and docs/architecture.md")
+    return best[1]
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
+def _exports(root: Path) -> dict[str, str]:
+    """The package's lazily exported names and the module defining each (its ``_EXPORTS``)."""
+    tree = ast.parse((root / "__init__.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign | ast.Assign) and isinstance(node.value, ast.Dict):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in targets):
+                return {
+                    ast.literal_eval(k): ast.literal_eval(v)
+                    for k, v in zip(node.value.keys, node.value.values, strict=True)
+                    if k is not None
+                }
+    return {}
 
 
-def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
-    if isinstance(node, ast.Import):
-        return [alias.name for alias in node.names]
-    base = node.module or ""
-    if node.level:
-        package = module.split(".") if is_package else module.split(".")[:-1]
-        package = package[: len(package) - node.level + 1]
-        base = ".".join([*package, base] if base else package)
-    # ``from package import module`` imports the submodule too.
-    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
-
-
-def _imports(path: Path, *, module_level_only: bool) -> set[str]:
-    """The anyaccel modules ``path`` imports (at import time, or anywhere if not only those)."""
-    tree = ast.parse(path.read_text(), str(path))
-    module = _module_name(path)
+def imports_of(path: Path, root: Path, modules: set[str], exports: dict[str, str]) -> set[str]:
+    """Every module of ours ``path`` imports, wherever the import statement stands."""
+    module = module_name(path, root)
     is_package = path.name == "__init__.py"
     found: set[str] = set()
-
-    def visit(nodes: list[ast.stmt]) -> None:
-        for node in nodes:
-            if isinstance(node, ast.Import | ast.ImportFrom):
-                found.update(_imported(node, module, is_package))
-            elif isinstance(node, ast.If) and _is_type_checking(node):
-                continue  # not executed at run time
-            elif isinstance(node, ast.If | ast.Try | ast.With):
-                for block in ("body", "orelse", "finalbody", "handlers"):
-                    for child in getattr(node, block, []):
-                        visit(child.body if isinstance(child, ast.ExceptHandler) else [child])
-
-    if module_level_only:
-        visit(tree.body)
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+            continue
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = node.module or ""
+        if node.level:
+            package = module.split(".") if is_package else module.split(".")[:-1]
+            package = package[: len(package) - node.level + 1]
+            base = ".".join([*package, base] if base else package)
+        for alias in node.names:
+            submodule = f"{base}.{alias.name}"
+            if submodule in modules:
+                found.add(submodule)  # ``from package import module``
+            elif base == "anyaccel" and alias.name in exports:
+                found.add(exports[alias.name])  # ``from anyaccel import get_accelerator``
+            else:
+                found.add(base)
+    # A module's own packages are initialised before it runs: importing them adds no edge,
+    # except the top package, whose names are the public face above everything else.
+    ancestors = {".".join(module.split(".")[:i]) for i in range(2, module.count(".") + 1)}
+    if module != "anyaccel" and any(
+        isinstance(n, ast.Import) and any(a.name == "anyaccel" for a in n.names)
+        for n in ast.walk(ast.parse(path.read_text()))
+    ):
+        found.add("anyaccel")
     else:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import | ast.ImportFrom):
-                found.update(_imported(node, module, is_package))
-    # A module's own packages are initialised before it runs: importing them adds no edge.
-    ancestors = {".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)}
-    return {
-        name for name in found - ancestors if name == "anyaccel" or name.startswith("anyaccel.")
-    }
+        found.discard("anyaccel")
+    return {name for name in found - ancestors if name in modules and name != module}
 
 
-MODULES = {_module_name(p): p for p in sorted(SOURCE.rglob("*.py"))}
+def import_graph(root: Path = SOURCE) -> dict[str, set[str]]:
+    paths = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    exports = _exports(root)
+    return {name: imports_of(path, root, set(paths), exports) for name, path in paths.items()}
 
 
-def _graph(*, module_level_only: bool = True) -> dict[str, set[str]]:
-    graph = {}
-    for name, path in MODULES.items():
-        targets = _imports(path, module_level_only=module_level_only)
-        graph[name] = {t for t in targets if t in MODULES and t != name}
-    return graph
-
-
-def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     state: dict[str, int] = {}  # 1: on the stack, 2: done
     stack: list[str] = []
 
@@ -103,23 +149,65 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_the_walker_sees_the_imports_it_must() -> None:
-    graph = _graph()
-    assert "anyaccel.probe" in graph["anyaccel.backends.cpu"]
-    assert "anyaccel.registry" in graph["anyaccel.detection"]
-    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert _find_cycle({"a": {"b"}, "b": set()}) is None
+class BackEdge(NamedTuple):
+    """An import from a module to one in a higher layer."""
+
+    importer: str
+    imported: str
+
+    def __str__(self) -> str:
+        low, high = LAYERS[layer_of(self.importer)][0], LAYERS[layer_of(self.imported)][0]
+        return f"{self.importer} ({low}) imports {self.imported} ({high})"
 
 
-def test_module_level_imports_form_no_cycle() -> None:
-    cycle = _find_cycle(_graph())
+def back_edges(graph: dict[str, set[str]]) -> list[BackEdge]:
+    return sorted(
+        BackEdge(importer, imported)
+        for importer, targets in graph.items()
+        for imported in targets
+        if layer_of(imported) > layer_of(importer)
+    )
+
+
+_PEEK = re.compile(r"""sys\.modules(?:\.get\(|\[)\s*["']anyaccel""")
+
+
+def sys_modules_peeks(root: Path = SOURCE) -> list[str]:
+    """Places that read one of our modules out of ``sys.modules`` instead of importing it."""
+    return [
+        f"{path.relative_to(root.parent)}:{number}"
+        for path in sorted(root.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if _PEEK.search(line)
+    ]
+
+
+# ---------------------------------------------------------------------- the rules
+GRAPH = import_graph()
+
+
+def test_every_module_is_in_a_layer() -> None:
+    for module in GRAPH:
+        layer_of(module)  # raises naming the module otherwise
+
+
+def test_every_import_points_down_or_across() -> None:
+    found = back_edges(GRAPH)
+    assert not found, "imports against the layer order:\n" + "\n".join(map(str, found))
+
+
+def test_all_imports_form_no_cycle() -> None:
+    cycle = find_cycle(GRAPH)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
-@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("anyaccel.backends")))
+def test_no_module_peeks_into_sys_modules_for_ours() -> None:
+    assert sys_modules_peeks() == []
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if m.startswith("anyaccel.backends")))
 def test_a_backend_never_imports_detection_or_the_registry(module: str) -> None:
-    imported = _imports(MODULES[module], module_level_only=False)
-    assert not imported & {"anyaccel.detection", "anyaccel.registry", "anyaccel.plugins"}, (
+    assert not GRAPH[module] & {"anyaccel.detection", "anyaccel.registry", "anyaccel.plugins"}, (
         f"{module} imports the modules that choose it: a backend imports only anyaccel.probe "
         "and the contract"
     )
@@ -136,3 +224,110 @@ def test_bottom_modules_load_nothing_else_of_ours(module: str) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == repr(["anyaccel", module])
+
+
+def test_the_architecture_page_shows_the_declared_layers() -> None:
+    rows = [
+        line
+        for line in ARCHITECTURE_PAGE.read_text().splitlines()
+        if re.match(r"\|\s*\d+\s*\|", line)
+    ]
+    shown = []
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        shown.append((cells[1], tuple(re.findall(r"`(anyaccel[\w.]*)`", cells[2]))))
+    declared = [(name, tuple(sorted(p))) for name, p in LAYERS]
+    assert [(name, tuple(sorted(p))) for name, p in shown] == declared
+
+
+# ---------------------------------------------------------------------- the test, tested
+def test_the_walker_sees_imports_wherever_they_stand() -> None:
+    assert "anyaccel.probe" in GRAPH["anyaccel.backends.cpu"]
+    assert "anyaccel.registry" in GRAPH["anyaccel.detection"]
+    # abstract.py imports the op registry inside a method
+    assert "anyaccel.ops.registry" in GRAPH["anyaccel.abstract"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Path:
+    """A copy of the package to plant faults in."""
+    copy = tmp_path / "anyaccel"
+    shutil.copytree(SOURCE, copy, ignore=shutil.ignore_patterns("__pycache__", "csrc"))
+    return copy
+
+
+_IN_A_FUNCTION = "def _planted():\n    {}\n"
+
+
+@pytest.mark.parametrize(
+    ("where", "plant", "importer", "imported"),
+    [
+        (
+            "errors.py",
+            _IN_A_FUNCTION.format("from anyaccel.detection import get_accelerator"),
+            "anyaccel.errors",
+            "anyaccel.detection",
+        ),
+        (
+            "probe.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from anyaccel.abstract import Accelerator\n",
+            "anyaccel.probe",
+            "anyaccel.abstract",
+        ),
+        (
+            "ops/registry.py",
+            _IN_A_FUNCTION.format("from anyaccel import get_accelerator"),
+            "anyaccel.ops.registry",
+            "anyaccel.detection",
+        ),
+        (
+            "ops/registry.py",
+            _IN_A_FUNCTION.format("import anyaccel"),
+            "anyaccel.ops.registry",
+            "anyaccel",
+        ),
+        (
+            "abstract.py",
+            _IN_A_FUNCTION.format("from .integrations import deepspeed"),
+            "anyaccel.abstract",
+            "anyaccel.integrations.deepspeed",
+        ),
+    ],
+)
+def test_a_planted_back_edge_fails_the_rule(
+    planted: Path, where: str, plant: str, importer: str, imported: str
+) -> None:
+    target = planted / where
+    target.write_text(target.read_text() + "\n" + plant)
+    assert BackEdge(importer, imported) in back_edges(import_graph(planted))
+
+
+def test_a_planted_cycle_fails_the_rule(planted: Path) -> None:
+    (planted / "guard.py").write_text(
+        (planted / "guard.py").read_text() + "\ndef _f():\n    from anyaccel import deepspeed_abc\n"
+    )
+    (planted / "deepspeed_abc.py").write_text(
+        (planted / "deepspeed_abc.py").read_text() + "\ndef _g():\n    from anyaccel import guard\n"
+    )
+    cycle = find_cycle(import_graph(planted))
+    assert cycle is not None and {"anyaccel.guard", "anyaccel.deepspeed_abc"} <= set(cycle)
+
+
+def test_a_planted_sys_modules_peek_fails_the_rule(planted: Path) -> None:
+    (planted / "registry.py").write_text(
+        (planted / "registry.py").read_text()
+        + '\nimport sys\n_p = sys.modules.get("anyaccel.plugins")\n'
+    )
+    assert sys_modules_peeks(planted) == [f"anyaccel/registry.py:{_last_line(planted)}"]
+
+
+def _last_line(root: Path) -> int:
+    return len((root / "registry.py").read_text().splitlines())
+
+
+def test_a_module_outside_every_layer_is_named() -> None:
+    with pytest.raises(LookupError, match="anyaccel_other"):
+        layer_of("anyaccel_other.x")
