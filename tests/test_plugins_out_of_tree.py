@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "out_of_tree_accelerator"
 
 pytestmark = pytest.mark.slow
