@@ -14,6 +14,7 @@ import torch
 from anyaccel.testing.simulated import (
     SimulatedDeviceModule,
     patched_attributes,
+    registered_compile_backend,
     simulate_broken_import,
 )
 from anyaccel.testing.simulated.patching import AUTOLOAD_ENV, installed, package_module
@@ -71,3 +72,20 @@ def test_a_broken_package_is_found_but_fails_on_each_import() -> None:
         assert finder.attempts == 2
     assert importlib.util.find_spec(name) is None and finder not in sys.meta_path
     assert os.environ.get(AUTOLOAD_ENV) == saved_env
+
+
+def _registered_backends() -> set[str]:
+    from torch._dynamo.backends import registry
+
+    # torch >= 2.6 names a backend in _BACKENDS and keeps its function in _COMPILER_FNS.
+    return set(registry._BACKENDS) | set(getattr(registry, "_COMPILER_FNS", {}))
+
+
+def test_a_registered_compile_backend_is_gone_after_exit() -> None:
+    name = "anyaccel_simulated_backend"
+    with registered_compile_backend(name):
+        assert name in _registered_backends()
+    assert name not in _registered_backends()
+    with registered_compile_backend(name):  # registering again works
+        assert name in _registered_backends()
+    assert name not in _registered_backends()

@@ -163,5 +163,6 @@ def registered_compile_backend(name: str) -> Iterator[None]:
     torch._dynamo.register_backend(compiler_fn=run_eagerly, name=name)
     try:
         yield
-    finally:
+    finally:  # torch >= 2.6 also names the backend in _BACKENDS: both entries go
         compiler_fns.pop(name, None)
+        registry._BACKENDS.pop(name, None)
