@@ -1,0 +1,67 @@
+"""torch_npu (Huawei Ascend): the runtime with NPUs, and an install missing the CANN libraries."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from anyaccel.testing.simulated.device_module import SimulatedDeviceModule
+from anyaccel.testing.simulated.patching import (
+    AUTOLOAD_ENV,
+    installed,
+    package_module,
+    simulate_broken_import,
+)
+
+__all__ = ["SimulatedNpuModule", "simulate_npu", "simulate_npu_without_cann"]
+
+
+class SimulatedNpuModule(SimulatedDeviceModule):
+    """torch_npu's ``torch.npu``: ``get_device_capability()`` is ``None`` unless configured."""
+
+    def get_device_capability(self, device: Any = None) -> Any:
+        self._index(device)
+        return None
+
+
+@contextlib.contextmanager
+def simulate_npu(
+    device_count: int = 1, *, bf16: bool = True, total_memory: int = 64 * 1024**3
+) -> Iterator[SimulatedDeviceModule]:
+    """torch_npu imported with ``device_count`` Ascend NPUs visible."""
+    module = SimulatedNpuModule(
+        "torch_npu.npu",
+        device_type="npu",
+        device_count=device_count,
+        total_memory=total_memory,
+        device_name="Simulated Ascend910B",
+        bf16=bf16,
+        graph_class_name="NPUGraph",
+        profiler_name="mstx",
+        host_register=("npurt", "npuHostRegister", "npuHostUnregister"),
+    )
+    package = package_module("torch_npu", npu=module, __version__="2.13.0")
+    with installed(module, {"torch_npu": package, "torch_npu.npu": module}):
+        yield module
+
+
+def simulate_npu_without_cann(*, exit_on_import: bool = False) -> Any:
+    """torch_npu installed without the Ascend CANN libraries.
+
+    Like torch_npu 2.x, the import first switches ``TORCH_DEVICE_BACKEND_AUTOLOAD`` off, then
+    fails on ``libhccl.so``; with ``exit_on_import`` it prints a hint and calls ``sys.exit()``
+    as older releases did.
+    """
+
+    def fail() -> None:
+        os.environ[AUTOLOAD_ENV] = "0"
+        if exit_on_import:
+            print("Please check that the cann package is installed. Please run 'source set_env.sh'")
+            print("libhccl.so: cannot open shared object file: No such file or directory")
+            sys.exit()
+        raise ImportError("libhccl.so: cannot open shared object file: No such file or directory")
+
+    return simulate_broken_import("torch_npu", fail)
