@@ -77,6 +77,15 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _platform_description() -> str:
+    """Like ``platform.platform()``, without the ``uname -p`` subprocess it starts on Linux."""
+    parts = [platform.system(), platform.release(), platform.machine()]
+    libc, version = platform.libc_ver()
+    if libc:
+        parts.append(f"with-{libc}{version}")
+    return "-".join(part for part in parts if part)
+
+
 def _cpu() -> dict[str, Any]:
     import psutil
 
@@ -248,7 +257,7 @@ def environment_report(accelerator: Any = None, devices: bool = False) -> dict[s
             "system": platform.system(),
             "release": platform.release(),
             "machine": platform.machine(),
-            "description": platform.platform(),
+            "description": _platform_description(),
         },
         "torch": {
             "version": torch.__version__,
