@@ -9,8 +9,8 @@ judged at the scale they came from:
   3 steps (the kernels differ in rounding order: a reciprocal multiply against a divide, a
   decay factor against a subtraction);
 * bf16 and fp16 parameters: parameters within 2 ulps of their dtype; torch keeps the moments
-  in the parameter dtype and we keep fp32 moments, so ours, rounded to that dtype, are within
-  2 ulps of torch's.
+  in the parameter dtype (rounding them every step) and we keep fp32 moments, so ours,
+  rounded to that dtype, are within 4 ulps of torch's.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ STEPS = 3
 LR, BETAS, EPS = 1e-3, (0.9, 0.999), 1e-8
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PARAM_ULPS = {torch.float32: 8, torch.bfloat16: 2, torch.float16: 2}
-STATE_ULPS = {torch.float32: 8, torch.bfloat16: 2, torch.float16: 2}
+STATE_ULPS = {torch.float32: 8, torch.bfloat16: 4, torch.float16: 4}
 
 
 @pytest.fixture(scope="module")
@@ -141,9 +141,19 @@ def make_parameters(
 
 
 def make_gradients(params: list[torch.Tensor], step: int, seed: int) -> list[torch.Tensor]:
-    """Gradients for ``step``, the same for both optimizers."""
+    """Gradients for ``step``, the same for both optimizers, of magnitude 0.5 to 1.5.
+
+    Not smaller: torch keeps fp16 parameters' moments in fp16, where ``(1 - beta2) * g**2``
+    of a gradient below ~0.01 underflows to zero and torch's step becomes ``lr * m / eps``;
+    the comparison is of the kernels, not of that underflow.
+    """
     generator = torch.Generator(device="cuda").manual_seed(seed * 1000 + step)
-    return [torch.randn(p.shape, device="cuda", generator=generator).to(p.dtype) for p in params]
+    grads = []
+    for p in params:
+        magnitude = 0.5 + torch.rand(p.shape, device="cuda", generator=generator)
+        sign = torch.randint(0, 2, p.shape, device="cuda", generator=generator) * 2 - 1
+        grads.append((magnitude * sign).to(p.dtype))
+    return grads
 
 
 @pytest.mark.parametrize("decoupled", [False, True], ids=["adam", "adamw"])
