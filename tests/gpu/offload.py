@@ -35,10 +35,11 @@ class OffloadedAdam:
         self.optimizer = CPUAdam(self.master, lr=lr)
         self.grads_copied = accelerator.Event()
         self.params_uploaded: Any = None
-        self.hooks = []
+        self.hooks: list[Any] = []
         if overlap:
             for index, param in enumerate(params):
-                self.hooks.append(param.register_post_accumulate_grad_hook(self._copy_hook(index)))
+                register = param.register_post_accumulate_grad_hook
+                self.hooks.append(register(self._copy_hook(index)))  # type: ignore[no-untyped-call]
 
     def _copy_hook(self, index: int) -> Any:
         def copy_now(param: torch.Tensor) -> None:
@@ -109,6 +110,39 @@ class GpuAdam:
                 param.grad = None
 
 
+def make_parameters(seed: int, shapes: list[tuple[int, ...]]) -> list[torch.nn.Parameter]:
+    """bf16 parameters on ``cuda`` drawn like a linear layer's initial weights (scale 0.05)."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    return [
+        torch.nn.Parameter(
+            (0.05 * torch.randn(shape, device="cuda", generator=generator)).bfloat16()
+        )
+        for shape in shapes
+    ]
+
+
+def train_on_given_gradients(
+    params: list[torch.nn.Parameter], optimizer: Any, steps: int, seed: int
+) -> None:
+    """``steps`` steps whose gradients are fixed random tensors, whatever the weights are.
+
+    The loss ``sum(p * g)`` has gradient ``g`` exactly, delivered by backward (so the
+    per-parameter hooks fire as in training), and two optimizers given the same ``g`` differ
+    only by their arithmetic: no feedback through the weights amplifies a rounding difference.
+    """
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    for _ in range(steps):
+        optimizer.wait_for_parameters()
+        grads = [
+            (1e-2 * torch.randn(p.shape, device="cuda", generator=generator)).bfloat16()
+            for p in params
+        ]
+        loss = sum((p.float() * g.float()).sum() for p, g in zip(params, grads, strict=True))
+        assert isinstance(loss, torch.Tensor)
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+
+
 def make_model(seed: int, width: int = 256, depth: int = 3) -> torch.nn.Sequential:
     """A small bf16 MLP on ``cuda``, the same for the same seed."""
     torch.manual_seed(seed)
@@ -120,7 +154,9 @@ def make_model(seed: int, width: int = 256, depth: int = 3) -> torch.nn.Sequenti
 
 def train(model: torch.nn.Sequential, optimizer: Any, steps: int, batch: int = 64) -> list[float]:
     """``steps`` steps of regression onto fixed targets; the losses."""
-    width = model[0].in_features
+    first = model[0]
+    assert isinstance(first, torch.nn.Linear)
+    width = first.in_features
     generator = torch.Generator(device="cuda").manual_seed(7)
     x = torch.randn(batch, width, device="cuda", generator=generator).to(torch.bfloat16)
     y = torch.randn(batch, width, device="cuda", generator=generator).to(torch.bfloat16)
@@ -128,7 +164,7 @@ def train(model: torch.nn.Sequential, optimizer: Any, steps: int, batch: int = 6
     for _ in range(steps):
         optimizer.wait_for_parameters()
         loss = torch.nn.functional.mse_loss(model(x).float(), y.float())
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses
