@@ -142,8 +142,9 @@ def fused_adam_row(
     elements = sum(math.prod(shape) for shape in shapes)
     params = [torch.randn(shape, device="cuda").to(dtype) for shape in shapes]
     grads = [torch.randn_like(p) for p in params]
-    states = [(torch.zeros(p.shape, device="cuda"), torch.zeros(p.shape, device="cuda"))
-              for p in params]  # fmt: skip
+    states = [
+        (torch.zeros(p.shape, device="cuda"), torch.zeros(p.shape, device="cuda")) for p in params
+    ]
     step = [0]
 
     def ours_step() -> None:

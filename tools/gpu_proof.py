@@ -40,9 +40,17 @@ EXIT_OK, EXIT_FAILED, EXIT_NO_GPU = 0, 1, 3
 
 #: Packages whose versions the report names (read from their metadata, never imported).
 PACKAGES = (
-    "torch", "pytest", "hypothesis", "ninja", "deepspeed", "lightning", "accelerate",
-    "transformers", "triton", "psutil",
-)  # fmt: skip
+    "torch",
+    "pytest",
+    "hypothesis",
+    "ninja",
+    "deepspeed",
+    "lightning",
+    "accelerate",
+    "transformers",
+    "triton",
+    "psutil",
+)
 
 #: A skip reason that means the suite thought there was no GPU: a failure where there is one.
 NO_GPU_SKIP = "needs an NVIDIA GPU"
@@ -306,9 +314,13 @@ def run_tests(out: Path, keyword: str | None, timeout: float) -> dict[str, Any]:
     with log.open("w", encoding="utf-8") as handle:
         try:
             done = subprocess.run(
-                command, cwd=REPO, env=child_env(), stdout=handle, stderr=subprocess.STDOUT,
+                command,
+                cwd=REPO,
+                env=child_env(),
+                stdout=handle,
+                stderr=subprocess.STDOUT,
                 timeout=timeout,
-            )  # fmt: skip
+            )
         except subprocess.TimeoutExpired:
             return {"problem": f"pytest ran past {timeout:g} s (log: {log})"}
     if not junit.exists():
@@ -325,9 +337,13 @@ def run_benchmark(out: Path, quick: bool, timeout: float) -> dict[str, Any]:
     command = [sys.executable, str(REPO / "benchmarks" / "gpu.py"), "--json", str(figures)]
     try:
         done = subprocess.run(
-            command + (["--quick"] if quick else []), cwd=REPO, env=child_env(),
-            capture_output=True, text=True, timeout=timeout,
-        )  # fmt: skip
+            command + (["--quick"] if quick else []),
+            cwd=REPO,
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return {"problem": f"ran past {timeout:g} s"}
     (out / "benchmark.log").write_text(done.stdout + done.stderr, encoding="utf-8")
@@ -363,21 +379,32 @@ def anyaccel_facts() -> dict[str, Any]:
     sys.path.insert(0, str(SRC))
     import anyaccel
 
-    return {"version": anyaccel.__version__, "path": str(Path(anyaccel.__file__).parent),
-            "commit": git_commit()}  # fmt: skip
+    return {
+        "version": anyaccel.__version__,
+        "path": str(Path(anyaccel.__file__).parent),
+        "commit": git_commit(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run every step that applies, write the report, and return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    parser.add_argument("--out", type=Path, default=Path(f"gpu-proof-{stamp}"),
-                        help="directory for report.md, report.json and the logs")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(f"gpu-proof-{stamp}"),
+        help="directory for report.md, report.json and the logs",
+    )
     parser.add_argument("--quick", action="store_true", help="fewer benchmark repetitions")
     parser.add_argument("--skip-benchmark", action="store_true", help="run the tests only")
     parser.add_argument("-k", dest="keyword", help="only tests matching this pytest -k expression")
-    parser.add_argument("--timeout", type=float, default=3600.0,
-                        help="seconds the tests (and, apart, the benchmark) may take")  # fmt: skip
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=3600.0,
+        help="seconds the tests (and, apart, the benchmark) may take",
+    )
     args = parser.parse_args(argv)
     if args.timeout <= 0:
         parser.error(f"--timeout must be positive, got {args.timeout:g}")
