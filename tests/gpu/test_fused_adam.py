@@ -198,14 +198,39 @@ def test_steps_equal_torch_fused_adam(
             )
 
 
-def test_bad_arguments_are_refused_with_a_message(fused_adam: ModuleType) -> None:
-    cpu = torch.zeros(4)
-    with pytest.raises(RuntimeError, match="contiguous CUDA tensor"):
-        fused_adam.fused_adam_step(cpu, cpu, cpu, cpu, 1, LR, *BETAS, EPS, 0.0, False, True)
-    p = torch.zeros(4, device="cuda", dtype=torch.bfloat16)
-    g = torch.zeros(4, device="cuda", dtype=torch.bfloat16)
-    half_state = torch.zeros(4, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="fp32"):
-        fused_adam.fused_adam_step(
-            p, g, half_state, half_state, 1, LR, *BETAS, EPS, 0.0, False, True
-        )
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("p, g.cpu(), m, v", "grad is on cpu but param is on cuda:0"),
+        ("p, g, m[:4], v", "exp_avg must be contiguous with param's 4096 elements, got 4"),
+        ("p, g, m, v.cpu()", "exp_avg_sq is on cpu"),
+        ("p.cpu(), g, m, v", "param must be a contiguous CUDA tensor"),
+        ("p, g.half(), m, v", "grad's dtype Half differs from param's Float"),
+        ("p, g, m.half(), v.half()", "optimizer states must be contiguous fp32 tensors"),
+    ],
+)
+def test_mismatched_tensors_are_refused_before_the_kernel_touches_them(
+    fused_adam: ModuleType, extensions_dir: Path, bad: str, message: str
+) -> None:
+    """Before the fix a CPU or short tensor reached the kernel: out-of-bounds device access."""
+    done = run_python(
+        f"""
+        import torch
+        from anyaccel.ops.cuda import FusedAdamBuilder
+        op = FusedAdamBuilder().load()
+        p, g = torch.ones(4096, device="cuda"), torch.ones(4096, device="cuda")
+        m, v = torch.zeros(4096, device="cuda"), torch.zeros(4096, device="cuda")
+        try:
+            op.fused_adam_step({bad}, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, False, True)
+        except RuntimeError as error:
+            print("refused:", str(error).splitlines()[0])
+        torch.cuda.synchronize()  # a kernel that ran out of bounds fails here
+        print("device still healthy:", torch.ones(1, device="cuda").item())
+        """,
+        timeout=120,
+        TORCH_EXTENSIONS_DIR=str(extensions_dir),
+        TORCH_CUDA_ARCH_LIST=None,
+    )
+    assert done.returncode == 0, explain(done)
+    assert f"refused: {message}" in done.stdout, done.stdout
+    assert "device still healthy: 1.0" in done.stdout
