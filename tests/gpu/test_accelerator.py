@@ -240,7 +240,7 @@ def test_visible_devices_env_hides_and_selects_devices(acc: CudaAccelerator) -> 
         import anyaccel, torch
         print(anyaccel.get_accelerator()._name, torch.cuda.device_count())
     """
-    hidden = run_python(code, CUDA_VISIBLE_DEVICES="")
+    hidden = run_python(code, CUDA_VISIBLE_DEVICES="", DS_ACCELERATOR=None)
     assert hidden.returncode == 0, explain(hidden)
     assert hidden.stdout.split() == ["cpu", "0"]
     shown = run_python(code, CUDA_VISIBLE_DEVICES="0", DS_ACCELERATOR=None)
