@@ -4,6 +4,7 @@
 #include <torch/extension.h>
 
 #include <cmath>
+#include <utility>
 
 namespace {
 
@@ -37,11 +38,20 @@ void fused_adam_step(torch::Tensor param, torch::Tensor grad, torch::Tensor exp_
                      torch::Tensor exp_avg_sq, int64_t step, double lr, double beta1, double beta2,
                      double eps, double weight_decay, bool adamw_mode, bool bias_correction) {
   TORCH_CHECK(param.is_cuda() && param.is_contiguous(), "param must be a contiguous CUDA tensor");
-  TORCH_CHECK(grad.sizes() == param.sizes() && grad.scalar_type() == param.scalar_type() &&
-                  grad.is_contiguous(),
-              "grad must be contiguous and match param's shape and dtype");
-  TORCH_CHECK(exp_avg.scalar_type() == at::kFloat && exp_avg_sq.scalar_type() == at::kFloat &&
-                  exp_avg.is_contiguous() && exp_avg_sq.is_contiguous(),
+  // The kernel indexes all four buffers by param's element count on param's device: a tensor
+  // elsewhere (the CPU, another GPU) or smaller would be read or written out of bounds.
+  for (const auto& [name, tensor] :
+       {std::pair<const char*, const torch::Tensor&>{"grad", grad}, {"exp_avg", exp_avg},
+        {"exp_avg_sq", exp_avg_sq}}) {
+    TORCH_CHECK(tensor.device() == param.device(), name, " is on ", tensor.device(),
+                " but param is on ", param.device(), "; move it to param's device");
+    TORCH_CHECK(tensor.numel() == param.numel() && tensor.is_contiguous(), name,
+                " must be contiguous with param's ", param.numel(), " elements, got ",
+                tensor.numel());
+  }
+  TORCH_CHECK(grad.scalar_type() == param.scalar_type(), "grad's dtype ", grad.scalar_type(),
+              " differs from param's ", param.scalar_type());
+  TORCH_CHECK(exp_avg.scalar_type() == at::kFloat && exp_avg_sq.scalar_type() == at::kFloat,
               "optimizer states must be contiguous fp32 tensors");
   const c10::cuda::CUDAGuard guard(param.device());
   const double bias_correction1 = bias_correction ? 1.0 - std::pow(beta1, double(step)) : 1.0;
