@@ -2,7 +2,7 @@
 
 The compiled communicator releases the GIL while it waits, so threads stand in for ranks here;
 the multi-process behaviour (torch.distributed set-up, dying ranks) is in
-test_distributed_multiprocess.py.
+tests/distributed/shm/test_collectives.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from anyaccel.distributed.allreduce import DTYPE_CODES
+from anyaccel.distributed.shm.collectives import DTYPE_CODES
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs Linux memfd")
 
@@ -250,14 +250,3 @@ def test_builder_is_found_under_deepspeeds_name(monkeypatch: pytest.MonkeyPatch)
     assert builder is not None
     assert builder.NAME == "deepspeed_shm_comm"
     assert builder.absolute_name() == "deepspeed.ops.comm.deepspeed_shm_comm_op"
-
-
-def test_slots_shrink_for_large_groups_to_bound_the_segment() -> None:
-    from anyaccel.distributed.allreduce import SEGMENT_BUDGET, slot_bytes
-
-    assert slot_bytes(2) == 4 << 20
-    assert slot_bytes(64) == 512 << 10
-    assert slot_bytes(1024) == 256 << 10  # never below 256 KiB
-    for world_size in (2, 3, 7, 16, 100):
-        assert slot_bytes(world_size) % 4096 == 0
-        assert 2 * world_size * slot_bytes(world_size) <= max(SEGMENT_BUDGET, world_size << 19)
