@@ -143,3 +143,37 @@ def test_bind_cores_applies_affinity_and_thread_counts() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().startswith("[1] [1] 1 1 local rank 1/2: cores 1")
+
+
+# --- core lists far beyond the machine ------------------------------------------------------
+HUGE_CORE_LISTS = textwrap.dedent(
+    """
+    import os
+    from anyaccel.distributed import CoreBindingError, bind_cores, parse_core_list
+    before = sorted(os.sched_getaffinity(0))
+    for call in (lambda: bind_cores(0, 1, core_list="0-3000000"),
+                 lambda: parse_core_list("0-3000000")):
+        try:
+            call()
+            print("accepted")
+        except CoreBindingError as error:
+            print(error)
+    print(len(parse_core_list("0-65535")), sorted(os.sched_getaffinity(0)) == before)
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux affinity")
+def test_a_core_list_far_beyond_the_machine_is_refused_at_once() -> None:
+    # The parser expanded ranges into a list it searched for every core: "0-60000" took 17 s,
+    # "0-3000000" never returned. A hang here fails at the timeout instead of stalling the run.
+    done = subprocess.run(
+        [sys.executable, "-c", HUGE_CORE_LISTS], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    binding, parsing, largest = done.stdout.strip().splitlines()
+    allowed = format_core_list(os.sched_getaffinity(0))
+    assert binding.startswith("core list names cores this process may not use: ")
+    assert "-3000000 (allowed: " + allowed + ")" in binding
+    assert "names core 3000000, past the highest core number possible here (65535)" in parsing
+    assert largest == "65536 True"  # linear: the largest list Linux allows parses; no binding
