@@ -9,7 +9,9 @@
 - ``shm``: ``all_reduce()`` sums CPU tensors through shared memory when every rank shares the
   node, and ``ddp_comm_hook`` puts DDP's gradients through it.
 
-Imports point one way: environment <- devices, binding <- process_group; shm needs only errors.
+Imports point one way: ``errors`` at the bottom, then ``environment``, then ``devices`` and
+``binding``, then ``process_group``; ``shm`` needs only ``errors`` (and the kernel in ``ops``).
+``launch`` and ``allreduce`` are the old module paths, kept as re-exports.
 """
 
 from __future__ import annotations
