@@ -1,20 +1,21 @@
 """Distributed helpers on ``torch.distributed`` for whatever accelerator is in use.
 
-- ``init_distributed()`` joins the job's process group from the launcher's variables
-  (torchrun, DeepSpeed, Open MPI, Intel MPI/MPICH, Slurm) on the accelerator's backend;
-- ``bind_cores()`` splits the node's CPU cores among the local ranks, NUMA-aware;
-- ``assign_visible_devices()`` writes a launcher's per-node device list into an environment;
-- ``all_reduce()`` sums CPU tensors through shared memory when every rank shares the node.
+- ``environment``: ``launch_info()`` reads what torchrun, Open MPI, Intel MPI/MPICH or Slurm set;
+- ``process_group``: ``init_distributed()`` joins the job's process group on the
+  accelerator's backend;
+- ``devices``: ``assign_visible_devices()`` writes a launcher's per-node device list into an
+  environment, and each local rank's device is chosen;
+- ``binding``: ``bind_cores()`` splits the node's CPU cores among the local ranks, NUMA-aware;
+- ``shm``: ``all_reduce()`` sums CPU tensors through shared memory when every rank shares the
+  node, and ``ddp_comm_hook`` puts DDP's gradients through it.
+
+Imports point one way: ``errors`` at the bottom, then ``environment``, then ``devices`` and
+``binding``, then ``process_group``; ``shm`` needs only ``errors`` (and the kernel in ``ops``).
+``launch`` and ``allreduce`` are the old module paths, kept as re-exports.
 """
 
 from __future__ import annotations
 
-from anyaccel.distributed.allreduce import (
-    CollectiveError,
-    all_reduce,
-    ddp_comm_hook,
-    shm_all_reduce_status,
-)
 from anyaccel.distributed.binding import (
     CoreBinding,
     CoreBindingError,
@@ -25,15 +26,15 @@ from anyaccel.distributed.binding import (
     plan_core_binding,
 )
 from anyaccel.distributed.devices import assign_visible_devices
-from anyaccel.distributed.launch import (
-    BACKEND_REMEDIES,
+from anyaccel.distributed.environment import (
     DEFAULT_MASTER_PORT,
     LAUNCHERS,
-    DistributedSetupError,
     LaunchInfo,
-    init_distributed,
     launch_info,
 )
+from anyaccel.distributed.errors import CollectiveError, DistributedSetupError
+from anyaccel.distributed.process_group import BACKEND_REMEDIES, init_distributed
+from anyaccel.distributed.shm import all_reduce, ddp_comm_hook, shm_all_reduce_status
 
 __all__ = [
     "BACKEND_REMEDIES",

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from anyaccel.distributed.environment import launch_info
 from anyaccel.errors import AcceleratorError
 
 __all__ = [
@@ -29,6 +30,9 @@ __all__ = [
 
 #: Where Linux describes NUMA nodes and their CPUs.
 NUMA_SYSFS = "/sys/devices/system/node"
+#: No Linux kernel numbers more CPUs than this (its NR_CPUS ceiling is 8192): core numbers
+#: at or above it are refused before a range is expanded.
+KERNEL_CPU_LIMIT = 1 << 16
 
 _RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 
@@ -37,9 +41,9 @@ class CoreBindingError(AcceleratorError, ValueError):
     """The cores cannot be split among the ranks as asked (too few, or not allowed)."""
 
 
-def parse_core_list(text: str) -> tuple[int, ...]:
-    """Cores from Linux's list syntax (``"0-3,8,10-11"``), in the order given, without repeats."""
-    cores: list[int] = []
+def _core_spans(text: str) -> list[tuple[int, int]]:
+    """The ranges of a core list (``"0-3,8"`` -> ``[(0, 3), (8, 8)]``), checked, not expanded."""
+    spans: list[tuple[int, int]] = []
     for part in text.replace(" ", "").split(","):
         match = _RANGE.fullmatch(part)
         if match is None:
@@ -51,7 +55,27 @@ def parse_core_list(text: str) -> tuple[int, ...]:
         last = int(match.group(2)) if match.group(2) is not None else first
         if last < first:
             raise CoreBindingError(f"core list {text!r}: range {part!r} runs backwards")
-        cores.extend(core for core in range(first, last + 1) if core not in cores)
+        spans.append((first, last))
+    return spans
+
+
+def parse_core_list(text: str, *, cpu_limit: int = KERNEL_CPU_LIMIT) -> tuple[int, ...]:
+    """Cores from Linux's list syntax (``"0-3,8,10-11"``), in the order given, without repeats.
+
+    Every number must be below ``cpu_limit`` (default: more than any Linux kernel numbers); a
+    larger one is refused before any range is expanded, so the cost stays linear in the cores
+    that can exist. ``plan_core_binding`` refuses cores outside the process's affinity.
+    """
+    spans = _core_spans(text)
+    for _, last in spans:
+        if last >= cpu_limit:
+            raise CoreBindingError(
+                f"core list {text!r} names core {last}, past the highest core number possible "
+                f"here ({cpu_limit - 1}); name cores this machine has (see `nproc --all`)"
+            )
+    cores: dict[int, None] = {}
+    for first, last in spans:
+        cores.update(dict.fromkeys(range(first, last + 1)))
     return tuple(cores)
 
 
@@ -184,7 +208,16 @@ def plan_core_binding(
         source = f"the {len(cores)} cores this process may use"
     else:
         if isinstance(core_list, str):
-            cores = parse_core_list(core_list)
+            top = max(allowed_set, default=-1)
+            beyond = [(max(first, top + 1), last) for first, last in _core_spans(core_list)]
+            if any(first <= last for first, last in beyond):  # refused before expanding
+                raise CoreBindingError(
+                    "core list names cores this process may not use: "
+                    + ",".join(f"{a}-{b}" if a < b else str(a) for a, b in beyond if a <= b)
+                    + f" (allowed: {format_core_list(allowed_set)}); pick cores from the "
+                    "allowed set or widen the process's affinity (taskset, cgroup cpuset)"
+                )
+            cores = parse_core_list(core_list, cpu_limit=top + 1)
         else:
             cores = tuple(dict.fromkeys(core_list))
             if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cores):
@@ -236,8 +269,6 @@ def bind_cores(
     """
     global _ORIGINAL_AFFINITY
     if local_rank is None or local_world_size is None:
-        from anyaccel.distributed.launch import launch_info
-
         info = launch_info()
         local_rank = info.local_rank if local_rank is None else local_rank
         local_world_size = info.local_world_size if local_world_size is None else local_world_size

@@ -1,15 +1,23 @@
-"""Which devices a node's processes see: a launcher's per-node assignment, written safely."""
+"""Which devices a node's processes see and use.
+
+``assign_visible_devices`` writes a launcher's per-node assignment into an environment;
+``select_device_index`` picks the device of one local rank, refusing to let ranks share one.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import MutableMapping, Sequence
 from typing import TYPE_CHECKING
+
+from anyaccel.distributed.environment import LaunchInfo
+from anyaccel.distributed.errors import DistributedSetupError
 
 if TYPE_CHECKING:
     from anyaccel.abstract import Accelerator
 
-__all__ = ["assign_visible_devices"]
+__all__ = ["assign_visible_devices", "select_device_index"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,3 +68,27 @@ def assign_visible_devices(
     changed = {k: v for k, v in scratch.items() if env.get(k) != v}
     env.update(changed)
     return changed
+
+
+def select_device_index(info: LaunchInfo, accelerator: Accelerator) -> int | None:
+    """The device this local rank uses, or ``None`` on the CPU (where an index is a rank).
+
+    ``local_rank`` when the node shows at least ``local_world_size`` devices; 0 when each
+    rank sees exactly one (per-rank visible devices); otherwise ``DistributedSetupError``,
+    since ranks would silently share a device.
+    """
+    if accelerator._name == "cpu":
+        return None
+    count = accelerator.device_count()
+    if count >= info.local_world_size:
+        return info.local_rank
+    if count == 1:
+        return 0
+    variable = (accelerator.visible_devices_envs() or ["<none>"])[0]
+    shown = os.environ.get(variable)
+    raise DistributedSetupError(
+        f"LOCAL_RANK={info.local_rank} of LOCAL_WORLD_SIZE={info.local_world_size} has no "
+        f"device of its own: this process sees {count} {accelerator._name} device(s) "
+        f"({variable}={shown!r}). Start at most {count} processes on this node, show each "
+        f"rank exactly one device through {variable}, or pass set_device=False"
+    )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import sys
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from anyaccel.deepspeed_abc import (
     DEEPSPEED_ABC_MODULES,
@@ -36,8 +36,10 @@ __all__ = [
     "DeepSpeedHandOverError",
     "DeepSpeedNotInstalledError",
     "install",
+    "register_shm_comm_ops",
     "register_with_deepspeed",
     "registered_abcs",
+    "shm_comm_initialize",
 ]
 
 
@@ -102,3 +104,78 @@ def _set_in_deepspeed(module: ModuleType, accelerator: Accelerator) -> None:
             f"DeepSpeed's set_accelerator refused {type(accelerator).__qualname__}: {error}. "
             "Its class could not be registered with DeepSpeed's DeepSpeedAccelerator ABC."
         ) from error
+
+
+# =============================================================================================
+# DeepSpeed's ShareMemCommBuilder interface (moved here from anyaccel.distributed.allreduce).
+# The compiled shared-memory module (anyaccel.ops.cpu.shm_comm) calls these two by name:
+# ``initialize(world_size, rank)`` and, when it is imported, the op registration. They import
+# anyaccel.distributed (and torch) only when called. This section needs only ``Any`` and
+# ``from __future__ import annotations`` from the top of the module.
+# =============================================================================================
+_shm_library: Any = None
+
+
+def shm_comm_initialize(world_size: int, rank: int) -> None:
+    """DeepSpeed's ``initialize``: set the default group's shared memory up now, on every rank.
+
+    Raises ``anyaccel.distributed.DistributedSetupError`` when torch.distributed is not
+    initialised or ``world_size``/``rank`` differ from the default process group's.
+    """
+    import torch.distributed as dist
+
+    from anyaccel.distributed.errors import DistributedSetupError
+    from anyaccel.distributed.shm.group import group_state, resolve_group
+
+    if not dist.is_initialized():
+        raise DistributedSetupError(
+            "initialize(world_size, rank) needs torch.distributed initialised first"
+        )
+    live = (dist.get_world_size(), dist.get_rank())
+    if live != (world_size, rank):
+        raise DistributedSetupError(
+            f"initialize({world_size}, {rank}) does not match the process group (world size "
+            f"{live[0]}, rank {live[1]})"
+        )
+    if world_size > 1:
+        group_state(resolve_group(None))
+
+
+def _inference_all_reduce_(tensor: Any) -> Any:
+    from anyaccel.distributed.shm.collectives import all_reduce
+
+    all_reduce(tensor)
+    return tensor
+
+
+def _inference_all_reduce(tensor: Any) -> Any:
+    from anyaccel.distributed.shm.collectives import all_reduce
+
+    result = tensor.clone()
+    all_reduce(result)
+    return result
+
+
+def register_shm_comm_ops() -> None:
+    """Define ``torch.ops.deepspeed.inference_all_reduce(_)`` unless something already did.
+
+    The ops run ``anyaccel.distributed.all_reduce`` (shared memory on one node); DeepSpeed's
+    own module, when loaded, keeps its ops.
+    """
+    global _shm_library
+    import torch
+
+    if _shm_library is not None:
+        return
+    namespace = getattr(torch.ops, "deepspeed", None)
+    if namespace is not None and hasattr(namespace, "inference_all_reduce_"):
+        return  # DeepSpeed's own module is loaded: leave its ops alone
+    library_class: Any = torch.library.Library  # untyped in torch
+    library = library_class("deepspeed", "FRAGMENT")
+    library.define("inference_all_reduce(Tensor self) -> Tensor")
+    library.define("inference_all_reduce_(Tensor(a!) self) -> Tensor(a!)")
+    library.impl("inference_all_reduce", _inference_all_reduce, "CPU")
+    library.impl("inference_all_reduce_", _inference_all_reduce_, "CPU")
+    library.impl("inference_all_reduce", torch.empty_like, "Meta")
+    library.impl("inference_all_reduce_", lambda tensor: tensor, "Meta")
+    _shm_library = library

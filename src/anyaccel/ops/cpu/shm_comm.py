@@ -12,7 +12,8 @@ class ShareMemCommBuilder(CPUOpBuilder):
     """One-node all-reduce through shared memory, with DeepSpeed's module interface.
 
     The module has ``initialize(world_size, rank)``, ``vector_kernel_level()`` and, once
-    imported, ``torch.ops.deepspeed.inference_all_reduce_``; anyaccel's own entry point is
+    imported, ``torch.ops.deepspeed.inference_all_reduce_`` (both implemented in
+    ``anyaccel.integrations.deepspeed``); anyaccel's own entry point is
     ``anyaccel.distributed.all_reduce``.
     """
 

@@ -8,13 +8,20 @@
 // a rank that runs ahead writes the other slot while its peers still read this one; a rank
 // reaches slot reuse only after every peer published the next sequence, i.e. finished reading.
 //
+// Each round also publishes the whole call's size, dtype and op, so ranks that disagree find
+// out in the first round, before anything is reduced into a tensor (a call that agreed on the
+// first chunk only would otherwise pair its rest with a peer's next call).
+//
 // Waiting never blocks forever: it checks a deadline, the peers' "failed" flags, and whether
-// each peer process still exists, and throws an error naming the rank otherwise.
+// each peer process still exists (re-reading the peer's progress after finding it gone: a
+// peer that published and then exited finished correctly), and throws an error naming the
+// rank otherwise. One Communicator runs one collective at a time: the Python side holds the
+// group's lock around every call.
 //
 // Kernels take raw addresses (validated on the Python side), so the build needs only pybind11.
 // The module also carries DeepSpeed's ShareMemCommBuilder interface: initialize(world_size,
 // rank) and vector_kernel_level(), and importing it registers torch.ops.deepspeed's
-// inference_all_reduce ops (through anyaccel.distributed.allreduce).
+// inference_all_reduce ops (through anyaccel.integrations.deepspeed, named in kDeepSpeedGlue).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <linux/futex.h>
@@ -52,7 +59,7 @@ namespace py = pybind11;
 namespace anyaccel {
 namespace {
 
-constexpr uint64_t kMagic = 0x616e7973686d3031ull;  // "anyshm01"
+constexpr uint64_t kMagic = 0x616e7973686d3032ull;  // "anyshm02"
 constexpr int kSlots = 2;
 
 enum class DType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
@@ -69,12 +76,32 @@ struct alignas(128) Control {
   uint32_t word;     // low bits of seq, bumped on abandon: the futex peers sleep on
   uint32_t waiters;  // peers asleep (or about to sleep) on `word`
   int64_t nbytes[kSlots];
+  int64_t total[kSlots];  // the whole call's byte count (every chunk of a call repeats it)
   int32_t dtype[kSlots];
   int32_t op[kSlots];
   int32_t failed;  // set (atomic) when this rank gave up on the communicator
 };
 
 inline size_t element_size(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+
+inline const char* dtype_name(int32_t code) {
+  switch (code) {
+    case 0: return "float32";
+    case 1: return "bfloat16";
+    case 2: return "float16";
+    default: return "unknown dtype";
+  }
+}
+
+inline const char* op_name(int32_t code) {
+  switch (code) {
+    case 0: return "SUM";
+    case 1: return "PRODUCT";
+    case 2: return "MIN";
+    case 3: return "MAX";
+    default: return "unknown op";
+  }
+}
 
 inline float bf16_to_float(uint16_t bits) {
   const uint32_t wide = uint32_t(bits) << 16;
@@ -270,17 +297,18 @@ class Communicator {
     const int64_t chunk_elems = slot_bytes_ / elem;
     char* data = reinterpret_cast<char*>(address);
     const auto deadline = deadline_after(timeout);
+    const int64_t total = numel * elem;
     int64_t offset = 0;
     do {  // an empty tensor still takes one round, so every rank agrees on the sequence
       const int64_t count = std::min(chunk_elems, numel - offset);
-      run_round(data + offset * elem, count, dtype, op, deadline, timeout, threads);
+      run_round(data + offset * elem, count, total, dtype, op, deadline, timeout, threads);
       offset += count;
     } while (offset < numel);
   }
 
   void barrier(double timeout) {
     check_usable();
-    run_round(nullptr, 0, DType::kFloat32, Op::kSum, deadline_after(timeout), timeout, 1);
+    run_round(nullptr, 0, 0, DType::kFloat32, Op::kSum, deadline_after(timeout), timeout, 1);
   }
 
  private:
@@ -311,30 +339,33 @@ class Communicator {
     }
   }
 
-  void run_round(char* data, int64_t count, DType dtype, Op op, Clock::time_point deadline,
-                 double timeout, int threads) {
+  // One chunk of `count` elements of a call of `total` bytes: publish, wait, check, reduce.
+  void run_round(char* data, int64_t count, int64_t total, DType dtype, Op op,
+                 Clock::time_point deadline, double timeout, int threads) {
     const uint64_t seq = ++seq_;
     const int parity = int(seq & 1);
     const int64_t nbytes = count * int64_t(element_size(dtype));
     Control* mine = control(rank_);
     if (nbytes > 0) parallel_copy(slot(rank_, parity), data, nbytes, threads);
     mine->nbytes[parity] = nbytes;
+    mine->total[parity] = total;
     mine->dtype[parity] = int32_t(dtype);
     mine->op[parity] = int32_t(op);
     publish(mine, seq);
     wait_for_peers(seq, deadline, timeout);
     for (int r = 0; r < world_size_; ++r) {
       const Control* peer = control(r);
-      if (peer->nbytes[parity] != nbytes || peer->dtype[parity] != int32_t(dtype) ||
-          peer->op[parity] != int32_t(op)) {
+      if (peer->total[parity] != total || peer->nbytes[parity] != nbytes ||
+          peer->dtype[parity] != int32_t(dtype) || peer->op[parity] != int32_t(op)) {
         abandon();
         throw std::runtime_error(
             "ranks called all_reduce with different tensors: rank " + std::to_string(rank_) +
-            " has a chunk of " + std::to_string(nbytes) + " bytes (dtype code " +
-            std::to_string(int(dtype)) + ", op code " + std::to_string(int(op)) + "), rank " +
-            std::to_string(r) + " has " + std::to_string(peer->nbytes[parity]) +
-            " bytes (dtype code " + std::to_string(peer->dtype[parity]) + ", op code " +
-            std::to_string(peer->op[parity]) + "); every rank must pass the same shape and dtype");
+            " passes " + describe(total, int32_t(dtype), int32_t(op)) + ", rank " +
+            std::to_string(r) + " passes " +
+            describe(peer->total[parity], peer->dtype[parity], peer->op[parity]) +
+            "; every rank must pass the same number of elements, dtype and op. Nothing was "
+            "reduced, and this group's shared-memory path is now unusable: fix the call and "
+            "restart the job");
       }
     }
     if (nbytes == 0) return;
@@ -349,6 +380,12 @@ class Communicator {
     } else {
       reduce(op, dtype, data, slots, 0, count);
     }
+  }
+
+  static std::string describe(int64_t total, int32_t dtype, int32_t op) {
+    const int64_t elem = dtype >= 0 && dtype <= 2 ? int64_t(element_size(DType(dtype))) : 1;
+    return std::to_string(total / elem) + " " + dtype_name(dtype) + " elements (" +
+           std::to_string(total) + " bytes, op " + op_name(op) + ")";
   }
 
   static void parallel_copy(char* dst, const char* src, int64_t nbytes, int threads) {
@@ -415,7 +452,7 @@ class Communicator {
     for (int r = 0; r < world_size_; ++r) {
       if (r == rank_) continue;
       const Control* peer = control(r);
-      const bool behind = __atomic_load_n(&peer->seq, __ATOMIC_ACQUIRE) < seq;
+      bool behind = __atomic_load_n(&peer->seq, __ATOMIC_ACQUIRE) < seq;
       if (__atomic_load_n(&peer->failed, __ATOMIC_ACQUIRE) != 0) {
         abandon();
         throw std::runtime_error("rank " + std::to_string(r) +
@@ -423,15 +460,20 @@ class Communicator {
                                  "failed or timed out); this collective cannot finish");
       }
       if (behind && !process_alive(pids_[size_t(r)])) {
-        abandon();
-        throw std::runtime_error("rank " + std::to_string(r) + " (pid " +
-                                 std::to_string(pids_[size_t(r)]) +
-                                 ") died during a shared-memory all_reduce; the other ranks "
-                                 "cannot finish it: restart the job");
+        // Gone: re-read its progress, since a peer that published and then exited between
+        // the first read and the liveness check finished this collective correctly.
+        behind = __atomic_load_n(&peer->seq, __ATOMIC_ACQUIRE) < seq;
+        if (behind && __atomic_load_n(&peer->failed, __ATOMIC_ACQUIRE) == 0) {
+          abandon();
+          throw std::runtime_error("rank " + std::to_string(r) + " (pid " +
+                                   std::to_string(pids_[size_t(r)]) +
+                                   ") died during a shared-memory all_reduce; the other ranks "
+                                   "cannot finish it: restart the job");
+        }
       }
       if (behind) late += (late.empty() ? "" : ", ") + std::to_string(r);
     }
-    if (expired) {
+    if (expired && !late.empty()) {  // all arrived meanwhile: the wait loop sees it next
       abandon();
       char seconds[32];
       std::snprintf(seconds, sizeof seconds, "%.1f", timeout);
@@ -453,9 +495,11 @@ class Communicator {
 };
 
 // DeepSpeed's ShareMemCommBuilder interface ---------------------------------------------------
+// The Python module that implements it (it runs anyaccel.distributed's all_reduce).
+constexpr const char* kDeepSpeedGlue = "anyaccel.integrations.deepspeed";
+
 void initialize(int world_size, int rank) {
-  py::module_::import("anyaccel.distributed.allreduce")
-      .attr("deepspeed_initialize")(world_size, rank);
+  py::module_::import(kDeepSpeedGlue).attr("shm_comm_initialize")(world_size, rank);
 }
 
 // DeepSpeed's scale: 1 = fp32 kernels usable, 2 = bf16/fp16 too. These kernels are portable
@@ -487,5 +531,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("vector_kernel_level", &anyaccel::vector_kernel_level,
         "2: the fp32, bf16 and fp16 kernels all run on this CPU (DeepSpeed's scale).");
   m.def("simd_level", &anyaccel::simd_level, "The SIMD level this build targets.");
-  py::module_::import("anyaccel.distributed.allreduce").attr("register_deepspeed_ops")();
+  py::module_::import(anyaccel::kDeepSpeedGlue).attr("register_shm_comm_ops")();
 }

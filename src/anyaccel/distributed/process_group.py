@@ -1,0 +1,140 @@
+"""Join the job's process group on ``torch.distributed`` for whatever accelerator is in use.
+
+``init_distributed()`` reads the launcher's environment (``launch_info``), picks the
+accelerator's collective backend (nccl, hccl, ccl, gloo, ...), selects this process's device,
+optionally binds its CPU cores, and calls ``init_process_group``. Missing variables and
+unavailable backends are errors that say what to set or install.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from anyaccel.detection import get_accelerator
+from anyaccel.distributed.binding import bind_cores as apply_binding
+from anyaccel.distributed.devices import select_device_index
+from anyaccel.distributed.environment import DEFAULT_MASTER_PORT, LaunchInfo, launch_info
+from anyaccel.distributed.errors import DistributedSetupError
+
+__all__ = ["BACKEND_REMEDIES", "init_distributed"]
+
+#: What to install when a collective backend is missing from this torch.
+BACKEND_REMEDIES: dict[str, str] = {
+    "nccl": "install a CUDA build of PyTorch (NCCL ships with it)",
+    "ccl": "pip install oneccl_bind_pt (Intel oneCCL bindings for PyTorch)",
+    "xccl": "use torch >= 2.8 built with XPU support, or install oneccl_bind_pt for 'ccl'",
+    "hccl": "install torch_npu (Ascend) or habana_frameworks (Gaudi) and import it first",
+    "cncl": "install torch_mlu (Cambricon Neuware)",
+    "mccl": "install torch_musa (Moore Threads)",
+    "tccl": "install torch_sdaa (Tecorigin)",
+    "bccl": "install torch_supa (Biren)",
+    "mpi": "build PyTorch from source with MPI support",
+}
+
+
+def _backend_available(backend: str) -> bool:
+    check = getattr(dist, "is_backend_available", None)
+    if check is not None:
+        return bool(check(backend))
+    legacy = getattr(dist, f"is_{backend}_available", None)
+    return bool(legacy()) if legacy is not None else backend in dist.Backend.backend_list
+
+
+def _live_info(env: Mapping[str, str]) -> LaunchInfo:
+    """The running default group's rank and size; warns where the environment disagrees."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    try:
+        described: LaunchInfo | None = launch_info(env)
+    except DistributedSetupError:
+        described = None
+    if described is None:
+        return LaunchInfo(
+            rank, world_size, rank, world_size, env.get("MASTER_ADDR", "127.0.0.1"),
+            DEFAULT_MASTER_PORT, "existing process group",
+        )  # fmt: skip
+    if (described.rank, described.world_size) != (rank, world_size):
+        warnings.warn(
+            f"torch.distributed is already initialised as rank {rank} of {world_size}, but the "
+            f"environment ({described.launcher}) says rank {described.rank} of "
+            f"{described.world_size}; returning the live group's values",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    local_world_size = min(described.local_world_size, world_size)
+    return LaunchInfo(
+        rank, world_size, min(described.local_rank, local_world_size - 1), local_world_size,
+        described.master_addr, described.master_port, described.launcher,
+    )  # fmt: skip
+
+
+def init_distributed(
+    backend: str | None = None,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    timeout: timedelta | None = None,
+    set_device: bool = True,
+    bind_cores: bool = False,
+    core_list: str | Sequence[int] | None = None,
+) -> LaunchInfo:
+    """Join the job's default process group on this accelerator's collective backend.
+
+    Reads the launcher's variables (``launch_info``), exports them as torchrun's names so
+    ``env://`` rendezvous works under MPI and Slurm too, selects the device of this process's
+    local rank, optionally binds this rank to its share of the node's CPU cores
+    (``bind_cores=True``, ``core_list`` to restrict the cores), and initialises the group.
+
+    Raises ``DistributedSetupError`` before any rendezvous when the launcher's variables are
+    missing or inconsistent, the backend is unavailable, or local ranks would share a device;
+    ``CoreBindingError`` when the cores cannot be split. Calling it again once initialised
+    returns the live group's rank and world size, warning if the environment disagrees.
+    """
+    if dist.is_available() and dist.is_initialized():
+        return _live_info(os.environ)
+    env: dict[str, str] = dict(os.environ)
+    if rank is not None or world_size is not None:
+        if rank is None or world_size is None:
+            raise DistributedSetupError("pass rank= and world_size= together, or neither")
+        env.update(RANK=str(rank), WORLD_SIZE=str(world_size))
+        env.setdefault("LOCAL_RANK", str(rank))
+        env.setdefault("LOCAL_WORLD_SIZE", str(world_size))
+    info = launch_info(env)
+    if not dist.is_available():
+        raise DistributedSetupError("this torch build has no torch.distributed support")
+
+    accelerator = get_accelerator()
+    backend = backend or accelerator.communication_backend_name()
+    if not _backend_available(backend):
+        remedy = BACKEND_REMEDIES.get(backend, f"install the package that provides {backend!r}")
+        raise DistributedSetupError(
+            f"collective backend {backend!r} (for accelerator {accelerator._name!r}) is not "
+            f"available in this process: {remedy}; or pass backend='gloo' for CPU collectives"
+        )
+    device_index = select_device_index(info, accelerator) if set_device else None
+    if bind_cores or core_list is not None:
+        apply_binding(info.local_rank, info.local_world_size, core_list=core_list)
+    for name, value in (
+        ("RANK", info.rank),
+        ("WORLD_SIZE", info.world_size),
+        ("LOCAL_RANK", info.local_rank),
+        ("LOCAL_WORLD_SIZE", info.local_world_size),
+        ("MASTER_ADDR", info.master_addr),
+        ("MASTER_PORT", info.master_port),
+    ):
+        os.environ[name] = str(value)
+    if device_index is not None:
+        accelerator.set_device(device_index)
+    kwargs = {"timeout": timeout} if timeout is not None else {}
+    dist.init_process_group(
+        backend=backend,
+        init_method="env://",
+        rank=info.rank,
+        world_size=info.world_size,
+        **kwargs,  # type: ignore[arg-type]
+    )
+    return info

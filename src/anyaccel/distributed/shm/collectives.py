@@ -1,0 +1,84 @@
+"""Collectives on CPU tensors through a group's shared memory, else ``torch.distributed``.
+
+Each collective checks what the kernel can take (device, layout, dtype, op), gets the group's
+state (``group.group_state``: set up on first use) and runs under the group's lock. A new
+collective follows ``all_reduce``: the same eligibility, the same lock, its own kernel call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from anyaccel.distributed.errors import CollectiveError, DistributedSetupError
+from anyaccel.distributed.shm.group import group_state, resolve_group
+
+__all__ = ["DTYPE_CODES", "OP_CODES", "all_reduce"]
+
+#: dtype -> the kernel's dtype code.
+DTYPE_CODES: dict[torch.dtype, int] = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+#: ReduceOp -> the kernel's op code (the others go to torch.distributed).
+OP_CODES: dict[Any, int] = {
+    dist.ReduceOp.SUM: 0,
+    dist.ReduceOp.PRODUCT: 1,
+    dist.ReduceOp.MIN: 2,
+    dist.ReduceOp.MAX: 3,
+}
+
+
+def _checked_group(tensor: object, name: str, group: Any | None) -> Any:
+    """The group collective ``name`` runs on, once ``tensor`` is a tensor and a group exists."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} takes a torch.Tensor, not {type(tensor).__name__}")
+    if not dist.is_initialized():
+        raise DistributedSetupError(
+            f"{name} needs a process group: call anyaccel.distributed.init_distributed() first"
+        )
+    return resolve_group(group)
+
+
+def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any | None = None) -> None:
+    """Reduce ``tensor`` across ``group`` in place, like ``torch.distributed.all_reduce``.
+
+    CPU tensors (fp32, bf16, fp16; SUM, PRODUCT, MIN, MAX) go through shared memory when every
+    rank of the group runs on this node; everything else calls ``torch.distributed.all_reduce``.
+    The first call on a group is collective set-up. Threads may call it at once: each call is
+    whole, as with gloo. Raises ``CollectiveError`` when a rank dies, stops within the group's
+    timeout, or passes a tensor of another size or dtype, or another op (checked for the whole
+    call before any data is reduced; the group's shared-memory path is unusable afterwards).
+    """
+    pg = _checked_group(tensor, "all_reduce", group)
+    if dist.get_rank(pg) < 0:  # not a member: torch.distributed's own no-op (and warning)
+        dist.all_reduce(tensor, op=op, group=pg)
+        return
+    if dist.get_world_size(pg) == 1:
+        return
+    eligible = (
+        tensor.device.type == "cpu"
+        and tensor.layout == torch.strided
+        and tensor.dtype in DTYPE_CODES
+        and op in OP_CODES
+    )
+    if not eligible:
+        dist.all_reduce(tensor, op=op, group=pg)
+        return
+    state = group_state(pg)
+    if state.communicator is None:
+        dist.all_reduce(tensor, op=op, group=pg)
+        return
+    # Written through raw memory, as torch.distributed does: never an autograd in-place op
+    # (a view of a parameter that requires grad is reduced, not refused).
+    target = tensor.detach()
+    work = target if target.is_contiguous() else target.contiguous()
+    try:
+        with state.lock:
+            state.communicator.all_reduce(
+                work.data_ptr(), work.numel(), DTYPE_CODES[work.dtype], OP_CODES[op],
+                state.timeout, state.threads,
+            )  # fmt: skip
+    except (RuntimeError, ValueError) as exc:
+        raise CollectiveError(f"all_reduce over shared memory failed: {exc}") from None
+    if work is not target:
+        target.copy_(work)

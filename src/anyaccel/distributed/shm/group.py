@@ -1,0 +1,276 @@
+"""A process group's shared-memory path: set up once, collectively, then one collective at a time.
+
+The first collective on a group sets it up on every rank at once: the ranks compare where they
+run (host, boot, and the launcher's node number), rank 0 creates an anonymous ``memfd``
+segment, the others open it through ``/proc``, and once every rank has mapped it the
+descriptor is closed, so the memory goes away with the last process and nothing is left in
+``/dev/shm``. A group spanning nodes, or any set-up failure, gives a group without a
+communicator (its collectives use ``torch.distributed``); every rank reaches the same answer.
+
+Threads of one process share a group's state: set-up runs once however many threads ask at
+once, and ``ShmGroup.lock`` lets one shared-memory collective run at a time (as gloo, each
+call then gets the whole of one peer call, never a mix of two).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import ModuleType
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from anyaccel.forksafe import ForkSafeLock, native_threads
+
+__all__ = [
+    "SEGMENT_BUDGET",
+    "SHM_ENV",
+    "SLOT_BYTES",
+    "ShmGroup",
+    "group_state",
+    "load_kernel",
+    "resolve_group",
+    "shm_all_reduce_status",
+    "slot_bytes",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Set to 0 to always use ``torch.distributed``'s collectives.
+SHM_ENV = "ANYACCEL_SHM_ALLREDUCE"
+#: Bytes per rank per slot (at most; large groups get smaller slots, see ``slot_bytes``).
+SLOT_BYTES = 4 << 20
+#: The most shared memory one group's segment takes (two slots per rank).
+SEGMENT_BUDGET = 64 << 20
+_DEFAULT_TIMEOUT = timedelta(minutes=30)
+_NOT_SET_UP = "not set up yet"
+
+
+@dataclass
+class ShmGroup:
+    """One group's shared-memory state in this process: a live communicator, or why not.
+
+    ``lock`` is held for set-up and for every collective on the communicator: the kernel keeps
+    one sequence per group, so two threads must never be inside it at once.
+    """
+
+    lock: ForkSafeLock = field(default_factory=ForkSafeLock)
+    ready: bool = False
+    communicator: Any | None = None
+    reason: str = _NOT_SET_UP
+    timeout: float = _DEFAULT_TIMEOUT.total_seconds()
+    threads: int = 1
+    #: The tensors set-up passed to gloo, kept as long as the group: a gloo worker then never
+    #: drops the last reference to a Python tensor, which needs the GIL (torch < 2.8 destroys a
+    #: group with the GIL held, so that worker and destroy_process_group() would wait on each
+    #: other; at interpreter exit it aborts the process).
+    kept: list[torch.Tensor] = field(default_factory=list)
+
+
+#: id(group) -> (weak reference to the group, its state). Weak: holding the group would keep
+#: torch's gloo worker threads alive past ``destroy_process_group()`` to interpreter exit,
+#: where one still dropping a finished collective's Python tensors aborts the process. With no
+#: reference of ours, a group dies when torch lets it, exactly as without anyaccel.
+_groups: dict[int, tuple[weakref.ref[Any], ShmGroup]] = {}
+_lock = ForkSafeLock()  # guards _groups only; never held across a collective
+
+
+def _forget(key: int) -> Callable[[weakref.ref[Any]], None]:
+    """The callback dropping a dead group's state (and unmapping its segment)."""
+
+    def forget(dead: weakref.ref[Any]) -> None:
+        entry = _groups.get(key)
+        if entry is not None and entry[0] is dead:  # not a newer group at the same address
+            _groups.pop(key, None)  # no lock: the collector may run this inside `with _lock`
+
+    return forget
+
+
+def resolve_group(group: Any | None) -> Any:
+    """The process group a call means: ``group``, or the default group for ``None``."""
+    return dist.group.WORLD if group is None else group
+
+
+def _node_identity() -> str:
+    """Where this process runs: host, boot id, and the launcher's node number if it gives one."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            boot = handle.read().strip()
+    except OSError:
+        boot = ""
+    launcher_node = os.environ.get("GROUP_RANK", os.environ.get("SLURM_NODEID", ""))
+    return f"{socket.gethostname()}/{boot}/{launcher_node}"
+
+
+def _group_timeout(group: Any) -> float:
+    """The group's timeout in seconds (torch's default when the group does not say)."""
+    try:
+        timeout = group._get_backend(torch.device("cpu")).options._timeout
+    except (AttributeError, RuntimeError):
+        timeout = _DEFAULT_TIMEOUT
+    return float(timeout.total_seconds())
+
+
+def load_kernel() -> ModuleType:
+    """The compiled shared-memory module (``ShareMemCommBuilder``), built on first use."""
+    from anyaccel.ops.cpu.shm_comm import ShareMemCommBuilder
+
+    return ShareMemCommBuilder().load()
+
+
+def _local_problem() -> str:
+    """Why this process cannot use shared memory at all ("" when it can)."""
+    if os.environ.get(SHM_ENV, "1").strip() in ("0", "false", "no", "off"):
+        return f"disabled by {SHM_ENV}"
+    if not hasattr(os, "memfd_create"):
+        return "this platform has no memfd_create (Linux only)"
+    try:
+        load_kernel()
+    except Exception as exc:  # a build or load failure only means: use torch.distributed
+        return f"the shared-memory op is unavailable ({exc})"
+    return ""
+
+
+def slot_bytes(world_size: int) -> int:
+    """Chunk size per rank: 4 MiB, less for groups so large that the segment would pass 64 MiB."""
+    share = SEGMENT_BUDGET // (2 * world_size)
+    return max(256 << 10, min(SLOT_BYTES, share)) // 4096 * 4096
+
+
+def _kernel_threads(world_size: int) -> int:
+    """Threads per rank for copies and sums: its own cores if bound, else an even share."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    total = os.cpu_count() or 1
+    cores = len(affinity(0)) if affinity is not None else total
+    share = cores if cores < total else total // world_size
+    return native_threads(max(1, min(torch.get_num_threads(), share)))
+
+
+def _plain(value: Any) -> Any:
+    """JSON's lists back as tuples, so gathered records compare and hash as they were sent."""
+    return tuple(_plain(item) for item in value) if isinstance(value, list) else value
+
+
+def _all_gather_json(value: Any, group: Any, kept: list[torch.Tensor]) -> list[Any]:
+    """Every rank's ``value`` (JSON-able), gathered as bytes in CPU tensors.
+
+    Not ``all_gather_object``: it pickles, and on newer torch it needs numpy, which torch
+    itself does not require.
+    """
+    size = dist.get_world_size(group)
+    data = json.dumps(value).encode()
+    lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(size)]
+    length = torch.tensor([len(data)], dtype=torch.int64)
+    dist.all_gather(lengths, length, group=group)
+    longest = max(int(length) for length in lengths)
+    padded = torch.zeros(longest, dtype=torch.uint8)
+    padded[: len(data)] = torch.tensor(list(data), dtype=torch.uint8)
+    buffers = [torch.empty(longest, dtype=torch.uint8) for _ in range(size)]
+    dist.all_gather(buffers, padded, group=group)
+    kept += [*lengths, length, padded, *buffers]
+    return [
+        _plain(json.loads(bytes(buffer[: int(length)].tolist())))
+        for buffer, length in zip(buffers, lengths, strict=True)
+    ]
+
+
+def _set_up(group: Any, state: ShmGroup) -> None:
+    """Collectively decide the group's path and, on one node, share a segment among its ranks."""
+    size, me = dist.get_world_size(group), dist.get_rank(group)
+    state.timeout = _group_timeout(group)
+    state.threads = _kernel_threads(size)
+    problem = _local_problem()
+    kept = state.kept
+    views = _all_gather_json((_node_identity(), problem), group, kept)
+    problems = sorted({p for _, p in views if p})
+    if problems:
+        state.reason = "; ".join(problems)
+        return
+    if len({node for node, _ in views}) > 1:
+        state.reason = "the group's ranks run on more than one node"
+        return
+
+    module = load_kernel()
+    slot = slot_bytes(size)
+    segment = int(module.Communicator.required_bytes(size, slot))
+    communicator: Any = None
+    created = -1
+    offer: list[Any] = [None]
+    if me == 0:
+        try:
+            created = os.memfd_create("anyaccel-shm", os.MFD_CLOEXEC)
+            os.ftruncate(created, segment)
+            communicator = module.Communicator(created, segment, size, 0, slot, True)
+            offer[0] = (os.getpid(), created)
+        except OSError as exc:
+            offer[0] = f"rank 0 cannot create a {segment}-byte shared-memory segment ({exc})"
+    offer = _all_gather_json(offer[0], group, kept)[:1]  # rank 0's offer, to every rank
+    failure = offer[0] if isinstance(offer[0], str) else ""
+    if me != 0 and not failure:
+        pid, fd = offer[0]
+        try:
+            opened = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
+            try:
+                communicator = module.Communicator(opened, segment, size, me, slot, False)
+            finally:
+                os.close(opened)
+        except (OSError, RuntimeError) as exc:
+            failure = f"rank {me} cannot open rank 0's segment ({exc})"
+    results = _all_gather_json((failure, os.getpid()), group, kept)
+    if created >= 0:
+        os.close(created)  # every rank has mapped it (or failed): the mapping keeps it alive
+    failures = sorted({f for f, _ in results if f})
+    if failures:
+        if communicator is not None:
+            communicator.close()
+        state.reason = "; ".join(failures)
+        return
+    communicator.set_peer_pids([pid for _, pid in results])
+    state.communicator, state.reason = communicator, ""
+
+
+def _registered(group: Any) -> ShmGroup:
+    """The state this process keeps for ``group``, made (not yet set up) on first sight."""
+    with _lock:
+        entry = _groups.get(id(group))
+        if entry is not None and entry[0]() is group:
+            return entry[1]
+        state = ShmGroup()
+        _groups[id(group)] = (weakref.ref(group, _forget(id(group))), state)
+        return state
+
+
+def group_state(group: Any) -> ShmGroup:
+    """``group``'s shared-memory state, set up collectively on first use.
+
+    Set-up is itself a collective (gloo all-gathers): it runs once, under the group's lock,
+    so threads asking at once wait for the one doing it instead of starting a second.
+    """
+    state = _registered(group)
+    if state.ready:
+        return state
+    with state.lock:
+        if not state.ready:
+            _set_up(group, state)  # raises as torch.distributed does; the next call retries
+            state.ready = True
+            if state.reason:
+                logger.info("collectives on this group use torch.distributed: %s", state.reason)
+    return state
+
+
+def shm_all_reduce_status(group: Any | None = None) -> str:
+    """``"shared memory"`` or why ``group`` falls back (``"not set up yet"`` before first use)."""
+    pg = resolve_group(group)
+    with _lock:
+        entry = _groups.get(id(pg))
+    if entry is None or entry[0]() is not pg or not entry[1].ready:
+        return _NOT_SET_UP
+    return "shared memory" if entry[1].communicator is not None else entry[1].reason

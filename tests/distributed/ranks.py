@@ -1,0 +1,102 @@
+"""Real ranks for multi-process tests: processes with torchrun's variables on 127.0.0.1.
+
+Every process runs under a timeout, so a hang fails one test instead of the run.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+
+Test = TypeVar("Test", bound=Callable[..., object])
+
+TIMEOUT = 240
+
+
+def multiprocess(test: Test) -> Test:
+    """Mark a test that starts real ranks: slow, and Linux only (memfd segments, /proc)."""
+    linux_only = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs Linux")
+    return pytest.mark.slow(linux_only(test))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_", "WORLD"))}
+    env.update(DS_ACCELERATOR="cpu", PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    return env
+
+
+def start_ranks(
+    script: str, world_size: int = 2, *args: str, nodes: int = 1
+) -> list[subprocess.Popen[str]]:
+    """``world_size`` processes of ``script`` with torchrun's variables on 127.0.0.1.
+
+    With ``nodes`` > 1 the ranks are split evenly into that many nodes, as ``torchrun --nnodes``
+    numbers them (``GROUP_RANK``, local ranks from 0 on each node).
+    """
+    port = free_port()
+    per_node = world_size // nodes
+    procs = []
+    for rank in range(world_size):
+        env = base_env()
+        env.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank % per_node),
+                   LOCAL_WORLD_SIZE=str(per_node), GROUP_RANK=str(rank // per_node),
+                   GROUP_WORLD_SIZE=str(nodes), ROLE_RANK=str(rank),
+                   ROLE_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", script, *args],
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
+    return procs
+
+
+def finish(procs: list[subprocess.Popen[str]], timeout: float = TIMEOUT) -> list[str]:
+    """Every process's stdout; fails (after killing them all) if one errs or runs too long.
+
+    On a failure the message carries every process's exit status and stderr tail, so a hang in
+    one process can be traced to the one that died first.
+    """
+    deadline = time.monotonic() + timeout
+    outputs: dict[int, tuple[str, str]] = {}
+    timed_out = False
+    for index, proc in enumerate(procs):
+        try:
+            outputs[index] = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            break
+    if timed_out or any(proc.returncode != 0 for proc in procs):
+        report = [f"timed out after {timeout} s" if timed_out else "a process failed"]
+        for index, proc in enumerate(procs):
+            if proc.poll() is None:
+                proc.kill()
+            out, err = outputs[index] if index in outputs else proc.communicate()
+            report.append(f"--- process {index}: exit {proc.returncode}\n"
+                          f"stdout: {out[-1000:]}\nstderr: {err[-3000:]}")  # fmt: skip
+        pytest.fail("\n".join(report))
+    return [outputs[index][0] for index in range(len(procs))]
+
+
+def shm_entries() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()

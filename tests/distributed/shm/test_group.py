@@ -1,0 +1,89 @@
+"""A group's shared-memory set-up: its lifetime follows the group, one path per group, the
+slot size; multi-process cases run real ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+from anyaccel.distributed.shm.group import SEGMENT_BUDGET, slot_bytes
+
+from ..ranks import finish, multiprocess, start_ranks
+
+
+def test_slots_shrink_for_large_groups_to_bound_the_segment() -> None:
+    assert slot_bytes(2) == 4 << 20
+    assert slot_bytes(64) == 512 << 10
+    assert slot_bytes(1024) == 256 << 10  # never below 256 KiB
+    for world_size in (2, 3, 7, 16, 100):
+        assert slot_bytes(world_size) % 4096 == 0
+        assert 2 * world_size * slot_bytes(world_size) <= max(SEGMENT_BUDGET, world_size << 19)
+
+
+# --- a destroyed group dies: anyaccel keeps no reference to it ------------------------------
+RELEASE = textwrap.dedent(
+    """
+    import gc, json, os, weakref
+    import torch, torch.distributed as dist
+    from anyaccel.distributed import init_distributed, all_reduce, shm_all_reduce_status
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+    before = threads()
+    info = init_distributed("gloo")
+    all_reduce(torch.ones(4))  # the shared-memory state of the default group
+    # A dtype that goes to gloo, on a tensor kept alive: torch < 2.8 destroys a group with the
+    # GIL held, and deadlocks if a worker is still dropping a temporary's Python tensor.
+    kept = torch.ones(4, dtype=torch.float64)
+    all_reduce(kept)
+    status = shm_all_reduce_status()
+    group = weakref.ref(dist.group.WORLD)
+    dist.destroy_process_group()
+    gc.collect()
+    print(json.dumps({"status": status, "alive": group() is not None,
+                      "threads": [before, threads()],
+                      "after": shm_all_reduce_status()}))
+    """
+)
+
+
+@multiprocess
+def test_destroying_the_group_stops_its_threads_as_without_anyaccel() -> None:
+    # anyaccel once held every group it set up, so destroy_process_group() left gloo's worker
+    # threads running to interpreter exit, where one still dropping a finished collective's
+    # Python tensors needs the GIL and aborts the process ("terminate called ...", SIGABRT).
+    for out in finish(start_ranks(RELEASE, 2)):
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["status"] == "shared memory"
+        assert not result["alive"], "a destroyed process group is still alive"
+        before, after = result["threads"]
+        assert after == before, f"{after - before} threads outlived the destroyed group"
+        assert result["after"] == "not set up yet"
+
+
+# --- two nodes, as torchrun starts one rank on each ----------------------------------------
+TWO_NODES = textwrap.dedent(
+    """
+    import json, torch
+    from anyaccel.distributed import init_distributed, all_reduce, shm_all_reduce_status
+    info = init_distributed("gloo")
+    x = torch.full((1000,), float(info.rank + 1))
+    all_reduce(x)
+    print(json.dumps({"rank": info.rank, "sum": x.unique().tolist(),
+                      "status": shm_all_reduce_status()}))
+    torch.distributed.destroy_process_group()
+    """
+)
+
+
+@multiprocess
+def test_two_node_job_falls_back_to_torch_distributed() -> None:
+    # One rank per node, as `torchrun --nnodes 2 --nproc-per-node 1` starts them (two torchrun
+    # agents on one host are themselves flaky: their exit barrier can stall for minutes).
+    results = [
+        json.loads(out.strip().splitlines()[-1])
+        for out in finish(start_ranks(TWO_NODES, 2, nodes=2))
+    ]
+    for result in results:
+        assert result["sum"] == [3.0]
+        assert result["status"] == "the group's ranks run on more than one node"

@@ -1,0 +1,135 @@
+"""Joining the process group: backend checks, device sharing refused, re-entry, real processes."""
+
+from __future__ import annotations
+
+import socket
+import warnings
+from collections.abc import Iterator
+
+import pytest
+import torch.distributed as dist
+
+from anyaccel.distributed import DistributedSetupError, LaunchInfo, init_distributed
+from anyaccel.distributed import process_group as process_group_module
+
+from .test_devices import FakeAccelerator
+
+
+def test_unavailable_backend_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    with pytest.raises(DistributedSetupError, match=r"'ccl'.*oneccl_bind_pt.*backend='gloo'"):
+        init_distributed("ccl", rank=0, world_size=1)
+    assert not dist.is_initialized()
+
+
+def test_rank_needs_world_size() -> None:
+    with pytest.raises(DistributedSetupError, match="together"):
+        init_distributed(rank=0)
+
+
+def test_device_sharing_is_refused_before_any_rendezvous(monkeypatch: pytest.MonkeyPatch) -> None:
+    accelerator = FakeAccelerator("cuda", 2)
+    monkeypatch.setattr(process_group_module, "get_accelerator", lambda: accelerator)
+
+    def no_rendezvous(*args: object, **kwargs: object) -> None:
+        raise AssertionError("init_process_group must not be reached")
+
+    monkeypatch.setattr(dist, "init_process_group", no_rendezvous)
+    for name, value in {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3",
+                        "LOCAL_WORLD_SIZE": "4"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    with pytest.raises(DistributedSetupError, match="LOCAL_RANK=3 of LOCAL_WORLD_SIZE=4"):
+        init_distributed()
+    assert accelerator.selected is None
+
+
+# --- a second call -------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def single_rank_group(monkeypatch: pytest.MonkeyPatch) -> Iterator[LaunchInfo]:
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    first = init_distributed("gloo", rank=0, world_size=1)
+    try:
+        yield first
+    finally:
+        dist.destroy_process_group()
+
+
+def test_second_call_returns_the_live_group(single_rank_group: LaunchInfo) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = init_distributed()
+    assert (again.rank, again.world_size) == (0, 1)
+
+
+def test_second_call_warns_when_the_environment_disagrees(
+    single_rank_group: LaunchInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    with pytest.warns(RuntimeWarning, match="rank 0 of 1.*says rank 5 of 8"):
+        again = init_distributed()
+    assert (again.rank, again.world_size, again.local_world_size) == (0, 1, 1)
+
+
+def test_second_call_with_an_unreadable_environment_still_answers(
+    single_rank_group: LaunchInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANK", "nonsense")
+    assert init_distributed().rank == 0
+
+
+FAULT_CASES = {
+    "half-set torchrun": {"RANK": "1"},
+    "port too large": {"RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "70000"},
+    "rank outside world": {"OMPI_COMM_WORLD_RANK": "4", "OMPI_COMM_WORLD_SIZE": "4"},
+    "garbage local size": {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "?"},
+    "multi-node without address": {"PMI_RANK": "0", "PMI_SIZE": "4", "MPI_LOCALNRANKS": "2"},
+}
+
+
+FAULT_SCRIPT = """
+import json, os, sys
+from anyaccel.distributed import DistributedSetupError, init_distributed
+cases = json.loads(sys.argv[1])
+for label, env in cases.items():
+    for name in [n for n in os.environ if n.startswith(("RANK", "WORLD", "LOCAL", "MASTER",
+                 "OMPI_", "PMI_", "MPI_", "SLURM_"))]:
+        del os.environ[name]
+    os.environ.update(env)
+    try:
+        init_distributed(timeout=__import__("datetime").timedelta(seconds=5))
+    except DistributedSetupError as error:
+        print(label, "->", error)
+    else:
+        print(label, "-> NO ERROR")
+"""
+
+
+@pytest.mark.slow
+def test_bad_environments_fail_fast_in_a_real_process() -> None:
+    """init_distributed in a fresh interpreter: every bad environment is a clear error, no hang."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", FAULT_SCRIPT, json.dumps(FAULT_CASES)],
+        capture_output=True, text=True, timeout=120,
+        env={**__import__("os").environ, "DS_ACCELERATOR": "cpu"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(" -> ")[0] for line in lines] == list(FAULT_CASES)
+    assert not any("NO ERROR" in line for line in lines), done.stdout
