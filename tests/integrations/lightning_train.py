@@ -8,6 +8,7 @@ the one-process runs.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -96,6 +97,14 @@ def train_all(devices: int) -> dict[str, dict[str, dict[str, Any]]]:
 def main(out_dir: Path) -> None:
     results = train_all(int(os.environ["WORLD_SIZE"]))
     (out_dir / f"rank{os.environ['RANK']}.json").write_text(json.dumps(results))
+    # End as docs/distributed.md ("Ending a job") says: the DDP models go first, then the
+    # group; and skip interpreter shutdown, where a gloo worker still releasing a collective's
+    # tensors aborts the process now and then (SIGABRT after all the work is done).
+    gc.collect()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

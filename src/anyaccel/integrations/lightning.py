@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 #: The ``lightning`` versions this module is written and tested against (PEP 440).
-SUPPORTED_LIGHTNING = ">=2.6,<2.7"
+SUPPORTED_LIGHTNING = ">=2.5,<2.7"
 
 #: The name to pass as ``Trainer(accelerator=...)`` / ``Fabric(accelerator=...)``.
 ACCELERATOR_NAME = "anyaccel"
