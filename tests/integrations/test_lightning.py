@@ -286,6 +286,36 @@ def test_device_queries_follow_the_bound_backend(on_two_gpus: Any) -> None:
     assert type(on_two_gpus).is_available() and type(on_two_gpus).auto_device_count() == 2
 
 
+def test_teardown_empties_the_backends_cache(on_two_gpus: Any) -> None:
+    module = torch.cuda
+    del module.calls[:]  # type: ignore[attr-defined]
+    on_two_gpus.teardown()
+    assert module.calls == ["empty_cache"]  # type: ignore[attr-defined]
+
+
+def test_trainer_setup_refuses_a_strategy_off_the_device(
+    on_two_gpus: Any, integration: Any
+) -> None:
+    from types import SimpleNamespace
+
+    from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+    from lightning.pytorch.strategies import SingleDeviceStrategy
+
+    def trainer(strategy: Any, precision: Any) -> Any:
+        strategy.precision_plugin = precision
+        return SimpleNamespace(strategy=strategy)
+
+    on_two_gpus.setup(trainer(integration.AnySingleDeviceStrategy("cuda:1"), Precision()))
+    with pytest.raises(integration.LightningSetupError, match="rooted on cpu"):
+        on_two_gpus.setup(trainer(SingleDeviceStrategy("cpu"), Precision()))
+    with pytest.raises(integration.LightningSetupError, match="autocasts on 'cpu'"):
+        on_two_gpus.setup(
+            trainer(
+                integration.AnySingleDeviceStrategy("cuda:0"), MixedPrecision("bf16-mixed", "cpu")
+            )
+        )
+
+
 def test_setup_device_refuses_another_device_type(on_two_gpus: Any, integration: Any) -> None:
     with pytest.raises(integration.LightningSetupError, match=r"set up cpu.*runs on 'cuda'"):
         on_two_gpus.setup_device(torch.device("cpu"))
@@ -335,6 +365,20 @@ def test_registration_is_idempotent_and_keeps_lightnings_names(integration: Any)
     assert StrategyRegistry["anyaccel_ddp"]["strategy"] is integration.AnyDDPStrategy
     assert STRATEGY_REGISTRY["anyaccel_ddp_spawn"]["strategy"] is integration.AnyFabricDDPStrategy
     assert StrategyRegistry["anyaccel_ddp_spawn"]["init_params"] == {"start_method": "spawn"}
+    from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
+
+    hooked = _AcceleratorConnector._choose_strategy
+    assert hasattr(hooked, "__anyaccel_hook__")
+    assert not hasattr(hooked.__wrapped__, "__anyaccel_hook__")  # wrapped once, not per call
+
+
+def test_a_connector_without_the_hooked_methods_is_refused(integration: Any) -> None:
+    class Connector:
+        def _choose_strategy(self) -> None: ...
+
+    with pytest.raises(integration.LightningUnavailableError, match="has no _init_strategy"):
+        integration._hook_connector(Connector)
+    assert not hasattr(Connector._choose_strategy, "__anyaccel_hook__")  # nothing half-done
 
 
 def test_registration_refuses_to_replace_another_anyaccel_entry(

@@ -49,6 +49,7 @@ __all__ = [
     "AnySingleDeviceStrategy",
     "LightningSetupError",
     "LightningUnavailableError",
+    "check_placement",
     "register",
 ]
 
