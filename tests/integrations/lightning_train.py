@@ -16,15 +16,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-warnings.simplefilter("ignore")
+import lightning as L
+import torch
+import torch.distributed as dist
+from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset
+from torch.utils.data import DataLoader
 
-import lightning as L  # noqa: E402
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
-
-import anyaccel.integrations.lightning  # noqa: E402, F401  (registers "anyaccel")
+import anyaccel.integrations.lightning  # noqa: F401  (registers "anyaccel")
 
 STEPS = 4
 SEED = 1234
@@ -108,4 +106,5 @@ def main(out_dir: Path) -> None:
 
 
 if __name__ == "__main__":
+    warnings.simplefilter("ignore")
     main(Path(sys.argv[1]))

@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -109,9 +110,12 @@ def single(children: dict[str, _Child]) -> dict[str, Any]:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DS_ACCELERATOR", "cpu")
+        patch.setenv("PL_GLOBAL_SEED", "0")  # seed_everything sets it: removed again on exit
         anyaccel.reset_accelerator()
         try:
-            return train_all(devices=1)
+            with warnings.catch_warnings():  # Lightning's own advice (workers, loggers...)
+                warnings.simplefilter("ignore")
+                return train_all(devices=1)
         finally:
             anyaccel.reset_accelerator()
 
