@@ -222,7 +222,7 @@ def test_a_bound_accelerator_survives_pickling(simulated: dict[str, Any]) -> Non
     [
         ("cpu_single_device_name", ["rooted on cpu", "'mlu'", "strategy='auto'"]),
         ("cpu_single_device", ["rooted on cpu", "'mlu'", "anyaccel_single_device"]),
-        ("stock_ddp", ["DDPStrategy", "'mlu'", "anyaccel_ddp"]),
+        ("stock_ddp", ["DDPStrategy is not adapted", "'mlu'", "anyaccel_ddp"]),
         ("too_many", ["devices=3", "has 2"]),
         ("bad_index", ["devices=[0, 2]", "index 2", "has 2"]),
         ("setup_cpu", ["set up cpu", "'mlu'"]),
@@ -385,18 +385,36 @@ def test_a_connector_without_the_hooked_methods_is_refused(integration: Any) -> 
     assert not hasattr(Connector._choose_strategy, "__anyaccel_hook__")  # nothing half-done
 
 
-def test_registration_refuses_to_replace_another_anyaccel_entry(
-    integration: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from lightning.pytorch.accelerators import AcceleratorRegistry, CPUAccelerator
+def test_registration_refuses_to_replace_another_anyaccel_entry(integration: Any) -> None:
+    from lightning.fabric.strategies import STRATEGY_REGISTRY
+    from lightning.pytorch.accelerators import CPUAccelerator
+    from lightning.pytorch.strategies import StrategyRegistry
 
-    monkeypatch.setitem(
-        AcceleratorRegistry,
-        "anyaccel",
-        {"accelerator": CPUAccelerator, "init_params": {}, "description": ""},
-    )
-    with pytest.raises(integration.LightningSetupError, match="will not replace it"):
+    # Not monkeypatch.setitem: it saves the old value with the registry's get(), which
+    # instantiates the class. The conflict is in the last registry checked.
+    ours = dict.__getitem__(STRATEGY_REGISTRY, "anyaccel_ddp_fork")
+    try:
+        STRATEGY_REGISTRY["anyaccel_ddp_fork"] = {"strategy": CPUAccelerator, "init_params": {}}
+        StrategyRegistry.remove("anyaccel_ddp_fork")
+        with pytest.raises(integration.LightningSetupError, match="will not replace it"):
+            integration.register()
+        assert "anyaccel_ddp_fork" not in StrategyRegistry  # nothing registered: all or none
+    finally:
+        STRATEGY_REGISTRY["anyaccel_ddp_fork"] = ours
         integration.register()
+    assert StrategyRegistry["anyaccel_ddp_fork"]["strategy"] is integration.AnyDDPStrategy
+
+
+def test_strategies_not_adapted_to_anyaccel_are_refused(integration: Any) -> None:
+    import lightning as L
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    with pytest.raises(
+        integration.LightningSetupError, match="DataParallelStrategy is not adapted"
+    ):
+        L.Fabric(accelerator="anyaccel", strategy="dp")
+    with pytest.raises(integration.LightningSetupError, match="ModelParallelStrategy is not adapt"):
+        L.Trainer(accelerator="anyaccel", strategy=ModelParallelStrategy(), logger=False)
 
 
 def test_other_accelerators_are_left_to_lightning(integration: Any) -> None:

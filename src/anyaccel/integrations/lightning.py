@@ -124,6 +124,9 @@ from lightning.fabric.plugins.precision.amp import (  # noqa: E402
 )
 from lightning.fabric.strategies import STRATEGY_REGISTRY as _FABRIC_STRATEGIES  # noqa: E402
 from lightning.fabric.strategies.ddp import DDPStrategy as _FabricDDPStrategy  # noqa: E402
+from lightning.fabric.strategies.parallel import (  # noqa: E402
+    ParallelStrategy as _FabricParallelStrategy,
+)
 from lightning.fabric.strategies.single_device import (  # noqa: E402
     SingleDeviceStrategy as _FabricSingleDeviceStrategy,
 )
@@ -132,6 +135,7 @@ from lightning.pytorch.accelerators.accelerator import Accelerator as _Lightning
 from lightning.pytorch.plugins.precision.amp import MixedPrecision as _MixedPrecision  # noqa: E402
 from lightning.pytorch.strategies import StrategyRegistry as _TRAINER_STRATEGIES  # noqa: E402
 from lightning.pytorch.strategies.ddp import DDPStrategy as _DDPStrategy  # noqa: E402
+from lightning.pytorch.strategies.parallel import ParallelStrategy as _ParallelStrategy  # noqa: E402
 from lightning.pytorch.strategies.single_device import (  # noqa: E402
     SingleDeviceStrategy as _SingleDeviceStrategy,
 )
@@ -532,19 +536,21 @@ class AnyFabricMixedPrecision(_FabricMixedPrecision):
 def check_placement(strategy: Any, precision: Any, accelerator: AnyAccelerator) -> None:
     """Refuse a strategy or precision plugin that would run off the accelerator's device.
 
-    :raises LightningSetupError: a stock DDP strategy (its backend and streams are CUDA's or
-        gloo), a strategy rooted on another device type, or mixed precision for another device.
+    :raises LightningSetupError: a multi-device strategy other than anyaccel's DDP (Lightning's
+        DDP picks its backend and streams for CUDA or gloo; DP, FSDP, DeepSpeed, ModelParallel
+        and XLA are not adapted), a strategy rooted on another device type, or mixed precision
+        for another device.
     """
     backend = accelerator.anyaccel()
     expected = _device_type(backend)
-    if isinstance(strategy, (_DDPStrategy, _FabricDDPStrategy)) and not isinstance(
+    if isinstance(strategy, (_ParallelStrategy, _FabricParallelStrategy)) and not isinstance(
         strategy, (AnyDDPStrategy, AnyFabricDDPStrategy)
     ):
         raise LightningSetupError(
-            f"{type(strategy).__name__} picks its process-group backend and streams for CUDA "
-            f"or gloo, not for anyaccel's {expected!r}. Use strategy='anyaccel_ddp' (or "
-            "'ddp', which becomes it with accelerator='anyaccel'), or pass "
-            "AnyDDPStrategy/AnyFabricDDPStrategy."
+            f"{type(strategy).__name__} is not adapted to anyaccel's {expected!r} accelerator "
+            "(Lightning picks its process-group backend, streams or devices for CUDA or gloo). "
+            "Use strategy='anyaccel_ddp' (or 'ddp', which becomes it with "
+            "accelerator='anyaccel'), or pass AnyDDPStrategy/AnyFabricDDPStrategy."
         )
     root = _root_device(strategy)
     if root is not None and root.type != expected:
