@@ -1,0 +1,110 @@
+"""Train Lightning's BoringModel with the Trainer and Fabric, on anyaccel and on Lightning's CPU.
+
+Under ``torchrun --nproc-per-node 2`` (DDP) as ``lightning_train.py OUT_DIR``: each rank
+writes ``OUT_DIR/rank<r>.json``, the final weights of each run (``trainer``/``fabric`` x
+``anyaccel``/``cpu``) and what it ran on. The tests call :func:`train_all` in-process for
+the one-process runs.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import torch.distributed as dist
+from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset
+from torch.utils.data import DataLoader
+
+import anyaccel.integrations.lightning  # noqa: F401  (registers "anyaccel")
+
+STEPS = 4
+SEED = 1234
+
+
+def _weights(module: torch.nn.Module) -> dict[str, list[float]]:
+    return {name: p.detach().flatten().tolist() for name, p in module.state_dict().items()}
+
+
+def _placement(strategy: Any, precision: Any) -> dict[str, Any]:
+    return {
+        "strategy": type(strategy).__name__,
+        "root_device": str(strategy.root_device),
+        "precision_device": getattr(precision, "device", None),
+        "backend": dist.get_backend() if dist.is_initialized() else None,
+        "world_size": dist.get_world_size() if dist.is_initialized() else 1,
+    }
+
+
+def train_trainer(accelerator: str, devices: int) -> dict[str, Any]:
+    """``Trainer.fit`` of BoringModel for STEPS steps; the weights and where it ran."""
+    L.seed_everything(SEED, verbose=False)
+    model = BoringModel()
+    trainer = L.Trainer(
+        accelerator=accelerator,
+        devices=devices,
+        max_steps=STEPS,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    trainer.fit(model)
+    return {
+        "weights": _weights(model),
+        **_placement(trainer.strategy, trainer.precision_plugin),
+    }
+
+
+def train_fabric(accelerator: str, devices: int) -> dict[str, Any]:
+    """A Fabric loop over the same model and data; the weights and where it ran."""
+    fabric = L.Fabric(accelerator=accelerator, devices=devices)
+    fabric.launch()
+    fabric.seed_everything(SEED, verbose=False)
+    model = torch.nn.Linear(32, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = fabric.setup(model, optimizer)
+    loader = fabric.setup_dataloaders(DataLoader(RandomDataset(32, 64), batch_size=2))
+    for step, batch in enumerate(loader):
+        if step == STEPS:
+            break
+        optimizer.zero_grad()
+        output = model(batch)
+        loss = torch.nn.functional.mse_loss(output, torch.ones_like(output))
+        fabric.backward(loss)
+        optimizer.step()
+    return {"weights": _weights(model.module), **_placement(fabric.strategy, fabric._precision)}
+
+
+def train_all(devices: int) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each API (``trainer``, ``fabric``) on each accelerator (``anyaccel``, ``cpu``)."""
+    return {
+        "trainer": {name: train_trainer(name, devices) for name in ("anyaccel", "cpu")},
+        "fabric": {name: train_fabric(name, devices) for name in ("anyaccel", "cpu")},
+    }
+
+
+def main(out_dir: Path) -> None:
+    results = train_all(int(os.environ["WORLD_SIZE"]))
+    (out_dir / f"rank{os.environ['RANK']}.json").write_text(json.dumps(results))
+    # End as docs/distributed.md ("Ending a job") says: the DDP models go first, then the
+    # group; and skip interpreter shutdown, where a gloo worker still releasing a collective's
+    # tensors aborts the process now and then (SIGABRT after all the work is done).
+    gc.collect()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    warnings.simplefilter("ignore")
+    main(Path(sys.argv[1]))

@@ -1,0 +1,457 @@
+"""Lightning's Trainer and Fabric on anyaccel (``anyaccel.integrations.lightning``).
+
+Two child runs start together (they overlap Lightning's slow import): BoringModel trained
+under ``torchrun --nproc-per-node 2`` (DDP, gloo) with ``accelerator="anyaccel"`` and with
+Lightning's own ``"cpu"``; and Trainers and Fabrics built on a simulated PrivateUse1 device
+(two Cambricon MLUs), after the import's failure cases. The one-process fits and the
+bad-input tests run in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip(
+    "lightning", reason="the Lightning integration needs `pip install anyaccel[lightning]`"
+)
+
+import torch
+
+import anyaccel
+from anyaccel.backends.cuda import CudaAccelerator
+from anyaccel.testing.simulated import simulate_cuda
+
+from .conftest import ANYACCEL_SRC
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).parent
+TIMEOUT = 300  # seconds per child run: Lightning's import alone is slow on a loaded box
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _env(backend: str) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=ANYACCEL_SRC, DS_ACCELERATOR=backend, OMP_NUM_THREADS="1")
+
+
+class _Child:
+    """A child process started now and waited for on first use (with a timeout)."""
+
+    def __init__(self, name: str, command: list[str], env: dict[str, str], out: Path) -> None:
+        self.name, self.out = name, out
+        self.log = out / f"{name}.log"
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=out
+            )
+
+    def wait(self) -> str:
+        """The child's output once it exits 0 (the test fails with its log otherwise)."""
+        try:
+            code = self.process.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            code = None
+        output = self.log.read_text()
+        assert code == 0, f"{self.name}: exit {code} (None: timed out)\n{output[-4000:]}"
+        return output
+
+
+@pytest.fixture(scope="module")
+def children(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, _Child]]:
+    """Start both child runs at once."""
+    out = tmp_path_factory.mktemp("lightning")
+    (out / "ddp").mkdir()
+    torchrun = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+    ]  # fmt: skip
+    train = str(HERE / "lightning_train.py")
+    simulated = [sys.executable, str(HERE / "lightning_simulated.py")]
+    started = {
+        "ddp": _Child("ddp", [*torchrun, train, "ddp"], _env("cpu"), out),
+        "simulated": _Child("simulated", simulated, _env("mlu"), out),
+    }
+    yield started
+    for child in started.values():
+        if child.process.poll() is None:
+            child.process.kill()
+            child.process.wait()
+
+
+def _ranks(child: _Child, expected: int) -> list[dict[str, Any]]:
+    child.wait()
+    files = sorted((child.out / child.name).glob("rank*.json"))
+    assert len(files) == expected, f"{child.name}: {files}"
+    return [json.loads(path.read_text()) for path in files]
+
+
+@pytest.fixture(scope="module")
+def single(children: dict[str, _Child]) -> dict[str, Any]:
+    """The one-process runs, here (while the children start up)."""
+    from .lightning_train import train_all
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DS_ACCELERATOR", "cpu")
+        patch.setenv("PL_GLOBAL_SEED", "0")  # seed_everything sets it: removed again on exit
+        anyaccel.reset_accelerator()
+        try:
+            with warnings.catch_warnings():  # Lightning's own advice (workers, loggers...)
+                warnings.simplefilter("ignore")
+                return train_all(devices=1)
+        finally:
+            anyaccel.reset_accelerator()
+
+
+@pytest.fixture(scope="module")
+def ddp(children: dict[str, _Child]) -> list[dict[str, Any]]:
+    return _ranks(children["ddp"], 2)
+
+
+@pytest.fixture(scope="module")
+def simulated(children: dict[str, _Child]) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(children["simulated"].wait().strip().splitlines()[-1])
+    return result
+
+
+# ---------------------------------------------------------------------- training on the CPU
+@pytest.mark.parametrize("api", ["trainer", "fabric"])
+def test_one_process_fit_equals_lightnings_cpu_accelerator(
+    api: str, single: dict[str, Any]
+) -> None:
+    ours, theirs = single[api]["anyaccel"], single[api]["cpu"]
+    assert ours["strategy"] in ("AnySingleDeviceStrategy", "AnyFabricSingleDeviceStrategy")
+    assert ours["root_device"] == "cpu" and ours["world_size"] == 1
+    assert ours["weights"] == theirs["weights"]
+
+
+@pytest.mark.parametrize("api", ["trainer", "fabric"])
+def test_ddp_fit_under_torchrun_equals_across_ranks_and_lightnings_cpu(
+    api: str, ddp: list[dict[str, Any]], single: dict[str, Any]
+) -> None:
+    ranks = [result[api]["anyaccel"] for result in ddp]
+    assert [r["strategy"] for r in ranks] == [
+        "AnyDDPStrategy" if api == "trainer" else "AnyFabricDDPStrategy"
+    ] * 2
+    assert [(r["backend"], r["world_size"]) for r in ranks] == [("gloo", 2)] * 2
+    assert ranks[0]["weights"] == ranks[1]["weights"]
+    assert ranks[0]["weights"] == ddp[0][api]["cpu"]["weights"] == ddp[1][api]["cpu"]["weights"]
+    # Two ranks saw different batches than one process did: the DDP run really synchronised.
+    assert ranks[0]["weights"] != single[api]["anyaccel"]["weights"]
+
+
+# ---------------------------------------------------------------------- a simulated device
+def test_simulated_device_is_selected(simulated: dict[str, Any]) -> None:
+    assert simulated["selected"] == "MluAccelerator"
+
+
+@pytest.mark.parametrize(
+    ("run", "strategy", "root"),
+    [
+        ("trainer_one", "AnySingleDeviceStrategy", "mlu:0"),
+        ("trainer_auto", "AnyDDPStrategy", "mlu:0"),
+        ("trainer_fp16", "AnySingleDeviceStrategy", "mlu:1"),
+        ("trainer_ddp_spawn", "AnyDDPStrategy", "mlu:0"),
+        ("fabric_one", "AnyFabricSingleDeviceStrategy", "mlu:0"),
+        ("fabric_auto", "AnyFabricDDPStrategy", "mlu:0"),
+    ],
+)
+def test_stock_strategy_choices_land_on_the_simulated_device(
+    run: str, strategy: str, root: str, simulated: dict[str, Any]
+) -> None:
+    assert (simulated[run]["strategy"], simulated[run]["root_device"]) == (strategy, root)
+    if "DDP" in strategy:  # Lightning alone would pick gloo for an unknown device type
+        assert simulated[run]["backend"] == "cncl"
+
+
+@pytest.mark.parametrize(
+    ("run", "scaler"),
+    [("trainer_auto", None), ("trainer_fp16", "mlu"), ("fabric_one", None), ("fabric_auto", "mlu")],
+)
+def test_mixed_precision_autocasts_and_scales_on_the_simulated_device(
+    run: str, scaler: str | None, simulated: dict[str, Any]
+) -> None:
+    assert simulated[run]["precision"] in ("AnyMixedPrecision", "AnyFabricMixedPrecision")
+    assert (simulated[run]["precision_device"], simulated[run]["scaler_device"]) == ("mlu", scaler)
+
+
+def test_ddp_spawn_keeps_its_start_method(simulated: dict[str, Any]) -> None:
+    assert simulated["trainer_ddp_spawn"]["start_method"] == "spawn"
+
+
+def test_fabric_device_is_the_simulated_device(simulated: dict[str, Any]) -> None:
+    assert simulated["fabric_device"] == "mlu:0"
+
+
+def test_setup_device_makes_the_device_current(simulated: dict[str, Any]) -> None:
+    assert simulated["current_after_setup"] == 1
+
+
+def test_device_stats_are_the_accelerators_memory_figures(simulated: dict[str, Any]) -> None:
+    assert simulated["stats"] == {"memory_allocated": 4096, "total_memory": 16 * 1024**3}
+
+
+def test_ddp_wraps_the_model_on_the_accelerators_stream(simulated: dict[str, Any]) -> None:
+    # Trainer then Fabric: device ids of the root device, inside torch.mlu.stream(Stream()).
+    assert simulated["ddp_wrapped"] == [[[0], ["Stream", "stream"]]] * 2
+
+
+def test_a_bound_accelerator_survives_pickling(simulated: dict[str, Any]) -> None:
+    assert simulated["bound_copy"] == ["AnyAccelerator[MluAccelerator]", "mlu", 2]
+
+
+@pytest.mark.parametrize(
+    ("case", "words"),
+    [
+        ("cpu_single_device_name", ["rooted on cpu", "'mlu'", "strategy='auto'"]),
+        ("cpu_single_device", ["rooted on cpu", "'mlu'", "anyaccel_single_device"]),
+        ("stock_ddp", ["DDPStrategy is not adapted", "'mlu'", "anyaccel_ddp"]),
+        ("too_many", ["devices=3", "has 2"]),
+        ("bad_index", ["devices=[0, 2]", "index 2", "has 2"]),
+        ("setup_cpu", ["set up cpu", "'mlu'"]),
+    ],
+)
+def test_configurations_off_the_simulated_device_are_refused(
+    case: str, words: list[str], simulated: dict[str, Any]
+) -> None:
+    message = simulated["errors"][case]
+    assert message.startswith("LightningSetupError: "), message
+    for word in words:
+        assert word in message, message
+
+
+# ---------------------------------------------------------------------- in this process
+@pytest.fixture
+def integration(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The integration, with anyaccel forced to the CPU."""
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    import anyaccel.integrations.lightning as module
+
+    return module
+
+
+@pytest.fixture
+def on_two_gpus(integration: Any) -> Iterator[Any]:
+    """An ``AnyAccelerator`` bound to a CUDA backend with two simulated GPUs."""
+    with simulate_cuda(device_count=2):
+        yield integration.AnyAccelerator(CudaAccelerator())
+
+
+@pytest.mark.parametrize(
+    ("devices", "indices"),
+    [(1, [0]), (2, [0, 1]), ("auto", [0, 1]), (-1, [0, 1]), ("-1", [0, 1]), ("2", [0, 1]),
+     ("0,1", [0, 1]), ("1,", [1]), ([1], [1]), ((1, 0), [1, 0])],
+)  # fmt: skip
+def test_parse_devices_reads_every_form_lightning_accepts(
+    devices: object, indices: list[int], on_two_gpus: Any
+) -> None:
+    assert on_two_gpus.parse_devices(devices) == indices
+    assert type(on_two_gpus).parse_devices(devices) == indices  # Lightning asks the class
+    assert on_two_gpus.get_parallel_devices(devices) == [torch.device("cuda", i) for i in indices]
+
+
+@pytest.mark.parametrize(
+    ("devices", "words"),
+    [(3, ["devices=3", "3 device(s)", "has 2"]), ([0, 2], ["index 2"]), ("0,5", ["index 5"]),
+     (0, ["devices=0"]), (-2, ["devices=-2"]), (True, ["devices=True"]), (None, ["devices=None"]),
+     ("two", ["devices='two'"]), ([0, 0], ["distinct"]), ([], ["distinct"]), (1.5, ["1.5"]),
+     (["0"], ["indices"])],
+)  # fmt: skip
+def test_parse_devices_refuses_what_the_device_count_cannot_give(
+    devices: object, words: list[str], on_two_gpus: Any, integration: Any
+) -> None:
+    with pytest.raises(integration.LightningSetupError) as caught:
+        on_two_gpus.parse_devices(devices)
+    for word in words:
+        assert word in str(caught.value)
+    assert "Pass devices=N with 1 <= N <= 2" in str(caught.value)
+
+
+def test_device_queries_follow_the_bound_backend(on_two_gpus: Any) -> None:
+    assert type(on_two_gpus).__name__ == "AnyAccelerator[CudaAccelerator]"
+    assert (on_two_gpus.name(), on_two_gpus.device_type()) == ("anyaccel", "cuda")
+    assert type(on_two_gpus).is_available() and type(on_two_gpus).auto_device_count() == 2
+
+
+def test_teardown_empties_the_backends_cache(on_two_gpus: Any) -> None:
+    module = torch.cuda
+    del module.calls[:]  # type: ignore[attr-defined]
+    on_two_gpus.teardown()
+    assert module.calls == ["empty_cache"]  # type: ignore[attr-defined]
+
+
+def test_trainer_setup_refuses_a_strategy_off_the_device(
+    on_two_gpus: Any, integration: Any
+) -> None:
+    from types import SimpleNamespace
+
+    from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+    from lightning.pytorch.strategies import SingleDeviceStrategy
+
+    def trainer(strategy: Any, precision: Any) -> Any:
+        strategy.precision_plugin = precision
+        return SimpleNamespace(strategy=strategy)
+
+    on_two_gpus.setup(trainer(integration.AnySingleDeviceStrategy("cuda:1"), Precision()))
+    with pytest.raises(integration.LightningSetupError, match="rooted on cpu"):
+        on_two_gpus.setup(trainer(SingleDeviceStrategy("cpu"), Precision()))
+    with pytest.raises(integration.LightningSetupError, match="autocasts on 'cpu'"):
+        on_two_gpus.setup(
+            trainer(
+                integration.AnySingleDeviceStrategy("cuda:0"), MixedPrecision("bf16-mixed", "cpu")
+            )
+        )
+
+
+def test_setup_device_refuses_another_device_type(on_two_gpus: Any, integration: Any) -> None:
+    with pytest.raises(integration.LightningSetupError, match=r"set up cpu.*runs on 'cuda'"):
+        on_two_gpus.setup_device(torch.device("cpu"))
+
+
+def test_on_the_cpu_devices_counts_processes(integration: Any) -> None:
+    cpu = integration.AnyAccelerator()
+    assert (cpu.device_type(), cpu.auto_device_count(), cpu.is_available()) == ("cpu", 1, True)
+    assert cpu.parse_devices(2) == 2 and cpu.parse_devices("auto") == 1
+    assert cpu.get_parallel_devices(2) == [torch.device("cpu")] * 2
+    for bad in (0, "x", True, [0]):
+        with pytest.raises(integration.LightningSetupError, match="process count"):
+            cpu.parse_devices(bad)
+    assert set(cpu.get_device_stats("cpu")) <= {
+        "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+        "total_memory", "available_memory",
+    }  # fmt: skip
+    cpu.setup_device(torch.device("cpu"))
+    cpu.teardown()
+
+
+def test_unsupported_precision_is_refused_for_trainer_and_fabric(integration: Any) -> None:
+    import lightning as L
+
+    assert not anyaccel.get_accelerator().is_fp16_supported()  # anyaccel's CPU backend
+    for build in (
+        lambda: L.Trainer(accelerator="anyaccel", precision="16-mixed", logger=False),
+        lambda: L.Fabric(accelerator="anyaccel", precision="16-mixed"),
+    ):
+        with pytest.raises(integration.LightningSetupError, match="'16-mixed' is not supported"):
+            build()
+
+
+def test_registration_is_idempotent_and_keeps_lightnings_names(integration: Any) -> None:
+    from lightning.fabric.accelerators import ACCELERATOR_REGISTRY, CPUAccelerator
+    from lightning.fabric.strategies import STRATEGY_REGISTRY
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+    from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
+
+    integration.register()
+    integration.register()
+    for registry in (AcceleratorRegistry, ACCELERATOR_REGISTRY):
+        assert registry["anyaccel"]["accelerator"] is integration.AnyAccelerator
+        assert registry["cpu"]["accelerator"].__name__ == "CPUAccelerator"
+    assert ACCELERATOR_REGISTRY["cpu"]["accelerator"] is CPUAccelerator
+    assert StrategyRegistry["ddp"]["strategy"] is DDPStrategy
+    assert StrategyRegistry["anyaccel_ddp"]["strategy"] is integration.AnyDDPStrategy
+    assert STRATEGY_REGISTRY["anyaccel_ddp_spawn"]["strategy"] is integration.AnyFabricDDPStrategy
+    assert StrategyRegistry["anyaccel_ddp_spawn"]["init_params"] == {"start_method": "spawn"}
+    from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
+
+    hooked = _AcceleratorConnector._choose_strategy
+    assert hasattr(hooked, "__anyaccel_hook__")
+    assert not hasattr(hooked.__wrapped__, "__anyaccel_hook__")  # wrapped once, not per call
+
+
+def test_a_connector_without_the_hooked_methods_is_refused(integration: Any) -> None:
+    class Connector:
+        def _choose_strategy(self) -> None: ...
+
+    with pytest.raises(integration.LightningUnavailableError, match="has no _init_strategy"):
+        integration._hook_connector(Connector)
+    assert not hasattr(Connector._choose_strategy, "__anyaccel_hook__")  # nothing half-done
+
+
+def test_registration_refuses_to_replace_another_anyaccel_entry(integration: Any) -> None:
+    from lightning.fabric.strategies import STRATEGY_REGISTRY
+    from lightning.pytorch.accelerators import CPUAccelerator
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    # Not monkeypatch.setitem: it saves the old value with the registry's get(), which
+    # instantiates the class. The conflict is in the last registry checked.
+    ours = dict.__getitem__(STRATEGY_REGISTRY, "anyaccel_ddp_fork")
+    try:
+        STRATEGY_REGISTRY["anyaccel_ddp_fork"] = {"strategy": CPUAccelerator, "init_params": {}}
+        StrategyRegistry.remove("anyaccel_ddp_fork")
+        with pytest.raises(integration.LightningSetupError, match="will not replace it"):
+            integration.register()
+        assert "anyaccel_ddp_fork" not in StrategyRegistry  # nothing registered: all or none
+    finally:
+        STRATEGY_REGISTRY["anyaccel_ddp_fork"] = ours
+        integration.register()
+    assert StrategyRegistry["anyaccel_ddp_fork"]["strategy"] is integration.AnyDDPStrategy
+
+
+def test_strategies_not_adapted_to_anyaccel_are_refused(integration: Any) -> None:
+    import lightning as L
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    with pytest.raises(
+        integration.LightningSetupError, match="DataParallelStrategy is not adapted"
+    ):
+        L.Fabric(accelerator="anyaccel", strategy="dp")
+    with pytest.raises(integration.LightningSetupError, match="ModelParallelStrategy is not adapt"):
+        L.Trainer(accelerator="anyaccel", strategy=ModelParallelStrategy(), logger=False)
+
+
+def test_other_accelerators_are_left_to_lightning(integration: Any) -> None:
+    import lightning as L
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    trainer = L.Trainer(accelerator="cpu", devices=1, precision="bf16-mixed", logger=False)
+    assert type(trainer.strategy).__name__ == "SingleDeviceStrategy"
+    assert type(trainer.precision_plugin) is MixedPrecision
+
+
+def test_a_version_outside_the_range_is_refused(
+    integration: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.4.0")
+    with pytest.raises(integration.LightningUnavailableError) as caught:
+        integration._require_lightning()
+    assert "lightning 2.4.0 is installed" in str(caught.value)
+    assert integration.SUPPORTED_LIGHTNING in str(caught.value)
+    assert "anyaccel[lightning]" in str(caught.value)
+
+
+def test_import_anyaccel_loads_no_lightning(simulated: dict[str, Any]) -> None:
+    assert simulated["bad_installs"]["loaded"] == []
+
+
+def test_missing_lightning_names_the_extra(simulated: dict[str, Any]) -> None:
+    message = simulated["bad_installs"]["missing"]
+    assert message.startswith("LightningUnavailableError: "), message
+    assert "anyaccel[lightning]" in message
+
+
+def test_unsupported_lightning_is_refused_and_nothing_is_half_done(
+    simulated: dict[str, Any],
+) -> None:
+    bad = simulated["bad_installs"]
+    assert "lightning 2.7.0 is installed" in bad["too_new"], bad["too_new"]
+    assert (bad["registered"], bad["hooked"], bad["half_imported"]) == (False, False, False)
