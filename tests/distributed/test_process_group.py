@@ -22,6 +22,21 @@ def test_unavailable_backend_names_the_package(monkeypatch: pytest.MonkeyPatch) 
     assert not dist.is_initialized()
 
 
+def test_a_device_mapped_backend_is_checked_backend_by_backend() -> None:
+    # torch's own is_backend_available("cpu:gloo,cuda:nccl") is False even where both exist.
+    assert process_group_module._backend_available("cpu:gloo")
+    assert process_group_module._backend_available("cpu:gloo, meta:gloo")
+    assert not process_group_module._backend_available("cpu:gloo,cuda:nosuchbackend")
+    assert not process_group_module._backend_available(",")
+
+
+def test_a_missing_backend_in_a_device_map_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    with pytest.raises(DistributedSetupError, match=r"'nosuchbackend'.*backend='gloo'"):
+        init_distributed("cpu:gloo,cuda:nosuchbackend", rank=0, world_size=1)
+    assert not dist.is_initialized()
+
+
 def test_rank_needs_world_size() -> None:
     with pytest.raises(DistributedSetupError, match="together"):
         init_distributed(rank=0)

@@ -37,7 +37,18 @@ BACKEND_REMEDIES: dict[str, str] = {
 }
 
 
+def _backend_names(backend: str) -> list[str]:
+    """The backends a spec names: ``"gloo"``, or each of ``"cpu:gloo,cuda:nccl"``."""
+    return [part.rpartition(":")[2].strip() for part in backend.split(",") if part.strip()]
+
+
 def _backend_available(backend: str) -> bool:
+    """Whether every backend ``backend`` names (one, or a device-mapped list) can run here."""
+    names = _backend_names(backend)
+    return bool(names) and all(_one_backend_available(name) for name in names)
+
+
+def _one_backend_available(backend: str) -> bool:
     check = getattr(dist, "is_backend_available", None)
     if check is not None:
         return bool(check(backend))
@@ -110,7 +121,11 @@ def init_distributed(
     accelerator = get_accelerator()
     backend = backend or accelerator.communication_backend_name()
     if not _backend_available(backend):
-        remedy = BACKEND_REMEDIES.get(backend, f"install the package that provides {backend!r}")
+        missing = [n for n in _backend_names(backend) if not _one_backend_available(n)] or [backend]
+        remedy = "; ".join(
+            BACKEND_REMEDIES.get(name, f"install the package that provides {name!r}")
+            for name in missing
+        )
         raise DistributedSetupError(
             f"collective backend {backend!r} (for accelerator {accelerator._name!r}) is not "
             f"available in this process: {remedy}; or pass backend='gloo' for CPU collectives"
