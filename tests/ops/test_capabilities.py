@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import anyaccel
-from anyaccel.ops import builder as builder_module
 from anyaccel.ops.capabilities import OpCapability, capabilities, format_capabilities
+from anyaccel.ops.jit import toolchain
 
 
 def by_builder(rows: list[OpCapability]) -> dict[str, OpCapability]:
@@ -34,7 +34,7 @@ def test_cuda_without_a_cuda_torch_says_so() -> None:
 def test_missing_ninja_makes_every_op_unbuildable_with_the_remedy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(builder_module, "find_ninja", lambda: None)
+    monkeypatch.setattr(toolchain, "find_ninja", lambda: None)
     rows = by_builder(capabilities("cpu"))
     assert "pip install ninja" in rows["CPUAdamBuilder"].reason
 
