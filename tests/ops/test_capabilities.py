@@ -39,13 +39,16 @@ def test_missing_ninja_makes_every_op_unbuildable_with_the_remedy(
     assert "pip install ninja" in rows["CPUAdamBuilder"].reason
 
 
-def test_default_is_the_current_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_accelerator_object_gives_the_rows_of_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
-    rows = capabilities()
+    rows = capabilities(anyaccel.get_accelerator())
     assert rows and all(row.accelerator == "cpu" for row in rows)
-    assert [row.builder for row in capabilities(anyaccel.get_accelerator())] == [
-        row.builder for row in rows
-    ]
+    assert rows == capabilities("cpu")
+
+
+def test_no_accelerator_is_a_type_error_naming_the_fix() -> None:
+    with pytest.raises(TypeError, match=r"pass anyaccel\.get_accelerator\(\) or a name"):
+        capabilities(None)  # type: ignore[arg-type]
 
 
 def test_format_capabilities_is_a_table() -> None:
