@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import anyaccel
-from anyaccel.ops import builder as builder_module
 from anyaccel.ops.capabilities import OpCapability, capabilities, format_capabilities
+from anyaccel.ops.jit import toolchain
 
 
 def by_builder(rows: list[OpCapability]) -> dict[str, OpCapability]:
@@ -34,18 +34,21 @@ def test_cuda_without_a_cuda_torch_says_so() -> None:
 def test_missing_ninja_makes_every_op_unbuildable_with_the_remedy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(builder_module, "find_ninja", lambda: None)
+    monkeypatch.setattr(toolchain, "find_ninja", lambda: None)
     rows = by_builder(capabilities("cpu"))
     assert "pip install ninja" in rows["CPUAdamBuilder"].reason
 
 
-def test_default_is_the_current_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_accelerator_object_gives_the_rows_of_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
-    rows = capabilities()
+    rows = capabilities(anyaccel.get_accelerator())
     assert rows and all(row.accelerator == "cpu" for row in rows)
-    assert [row.builder for row in capabilities(anyaccel.get_accelerator())] == [
-        row.builder for row in rows
-    ]
+    assert rows == capabilities("cpu")
+
+
+def test_no_accelerator_is_a_type_error_naming_the_fix() -> None:
+    with pytest.raises(TypeError, match=r"pass anyaccel\.get_accelerator\(\) or a name"):
+        capabilities(None)  # type: ignore[arg-type]
 
 
 def test_format_capabilities_is_a_table() -> None:

@@ -25,6 +25,7 @@ from anyaccel.ops.cpu_features import (
     selected_simd,
 )
 from anyaccel.ops.errors import ExtensionsDirError, OpLoadError, OpNotAvailableError
+from anyaccel.ops.jit import cache
 
 from .conftest import _run_python
 from .test_builder import TINY_OP, c_module, tmp_builder
@@ -196,9 +197,7 @@ def test_read_only_cache_with_a_good_build_still_loads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     CPUAdamBuilder().load()  # the session cache holds it
-    monkeypatch.setattr(
-        builder_module, "_usable_build_directory", lambda plan: pytest.fail("tried to write")
-    )
+    monkeypatch.setattr(cache, "usable_build_directory", lambda plan: pytest.fail("tried to write"))
     builder_module._loaded.clear()
     assert CPUAdamBuilder().load().simd_level()
 
@@ -207,7 +206,7 @@ def test_no_raw_os_error_escapes_load(tmp_path: Path, monkeypatch: pytest.Monkey
     def disk_full(plan: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(builder_module, "_compile", disk_full)
+    monkeypatch.setattr(cache, "compile_extension", disk_full)
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "cache"))
     with pytest.raises(OpLoadError, match="No space left on device") as caught:
         tmp_builder(tmp_path, TINY_OP, name="fault_disk_full").load()

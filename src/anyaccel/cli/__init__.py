@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "conformance": ("anyaccel.cli.conformance", "check an accelerator class against the contract"),
     "check": ("anyaccel.cli.check", "find CUDA-only code in Python files"),
     "port": ("anyaccel.cli.port", "rewrite CUDA-only code to use get_accelerator()"),
+    "ops": ("anyaccel.cli.ops", "show which op builders can be built here; plan or build them"),
 }
 
 

@@ -1,9 +1,10 @@
-"""Op builders: native kernels compiled just in time for the current accelerator.
+"""Op builders: native kernels compiled just in time for an accelerator.
 
-``get_accelerator().create_op_builder("CPUAdamBuilder").load()`` returns the compiled module;
-``capabilities()`` reports which ops can be built here. The optimizers live in
-``anyaccel.ops.adam`` (``CPUAdam``, ``CPUAdamW``, ``DeepSpeedCPUAdam``), ``anyaccel.ops.adagrad``
-and ``anyaccel.ops.lion``.
+``accelerator.create_op_builder("CPUAdamBuilder").load()`` returns the compiled module;
+``capabilities(accelerator)`` reports which ops it can build here (``anyaccel ops`` prints it).
+The optimizers live in ``anyaccel.ops.adam`` (``CPUAdam``, ``CPUAdamW``, ``DeepSpeedCPUAdam``),
+``anyaccel.ops.adagrad`` and ``anyaccel.ops.lion``. This package is the kernel library below
+the accelerator contract: nothing in it asks which accelerator is current.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Which ops the current accelerator can build, and why not when it cannot."""
+"""Which ops an accelerator can build, and why not when it cannot."""
 
 from __future__ import annotations
 
@@ -27,16 +27,18 @@ class OpCapability:
     reason: str
 
 
-def capabilities(accelerator: _HasOpBuilderDir | str | None = None) -> list[OpCapability]:
-    """Every known op and whether ``accelerator`` (default: the current one) can build it.
+def capabilities(accelerator: _HasOpBuilderDir | str) -> list[OpCapability]:
+    """Every known op and whether ``accelerator`` (an accelerator object or its name) can build it.
 
     Cheap: builder packages are scanned once per process, the CPU is probed once, and the
-    tool checks are PATH lookups (no subprocess).
+    tool checks are PATH lookups (no subprocess). For the current accelerator, pass
+    ``anyaccel.get_accelerator()``; ``None`` raises ``TypeError`` saying so.
     """
     if accelerator is None:
-        from anyaccel import get_accelerator
-
-        accelerator = get_accelerator()
+        raise TypeError(
+            "capabilities() needs the accelerator: pass anyaccel.get_accelerator() "
+            "or a name such as 'cpu' or 'cuda'"
+        )
     if isinstance(accelerator, str):
         name, package = accelerator, registry.builder_package(accelerator)
     else:

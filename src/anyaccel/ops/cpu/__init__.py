@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
+from anyaccel.ops.cpu import host_builders
 from anyaccel.ops.cpu.builder import CPUOpBuilder
-from anyaccel.ops.cpu.cpu_adagrad import CPUAdagradBuilder
-from anyaccel.ops.cpu.cpu_adam import CPUAdamBuilder
-from anyaccel.ops.cpu.cpu_lion import CPULionBuilder
+from anyaccel.ops.cpu.host_builders import *  # noqa: F403  (the one list of host-side builders)
 from anyaccel.ops.cpu.shm_comm import ShareMemCommBuilder
 
-__all__ = [
-    "CPUAdagradBuilder",
-    "CPUAdamBuilder",
-    "CPULionBuilder",
-    "CPUOpBuilder",
-    "ShareMemCommBuilder",
-]
+__all__ = [*host_builders.__all__, "CPUOpBuilder", "ShareMemCommBuilder"]

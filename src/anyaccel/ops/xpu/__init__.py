@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from anyaccel.ops.cpu import CPUAdagradBuilder, CPUAdamBuilder, CPULionBuilder
+from anyaccel.ops.cpu import host_builders
+from anyaccel.ops.cpu.host_builders import *  # noqa: F403  (the one list of host-side builders)
 
-__all__ = ["CPUAdagradBuilder", "CPUAdamBuilder", "CPULionBuilder"]
+__all__ = [*host_builders.__all__]

@@ -12,7 +12,10 @@ from types import ModuleType
 import pytest
 
 from anyaccel.ops import builder as builder_module
-from anyaccel.ops.builder import OpBuilder, _build_reason
+from anyaccel.ops.builder import OpBuilder
+from anyaccel.ops.jit import cache
+from anyaccel.ops.jit.cache import build_reason
+from anyaccel.ops.jit.plan import BuildPlan
 
 RunPython = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -37,11 +40,11 @@ def quick_builder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> QuickBuild
     source.write_text("// v1\\n")
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "cache"))
 
-    def fake_compile(plan: builder_module.BuildPlan) -> ModuleType:
+    def fake_compile(plan: BuildPlan) -> ModuleType:
         Path(plan.library_path).write_bytes(b"not an ELF file")
         return ModuleType(plan.extension_name)
 
-    monkeypatch.setattr(builder_module, "_compile", fake_compile)
+    monkeypatch.setattr(cache, "compile_extension", fake_compile)
     monkeypatch.setattr(builder_module, "_loaded", {})  # the in-memory cache ignores the root
     return QuickBuilder(source)
 
@@ -85,9 +88,7 @@ def test_a_cached_load_announces_nothing(
 ) -> None:
     quick_builder.load()
     builder_module._loaded.pop(quick_builder.plan().key)
-    monkeypatch.setattr(
-        builder_module, "_import_extension", lambda plan: ModuleType(plan.extension_name)
-    )
+    monkeypatch.setattr(cache, "import_extension", lambda plan: ModuleType(plan.extension_name))
     caplog.set_level(logging.INFO, logger="anyaccel")
     caplog.clear()
     assert quick_builder.load().__name__ == quick_builder.plan().extension_name
@@ -109,13 +110,13 @@ def test_silenced_the_usual_way(
 def test_build_reason_without_any_cache_is_first_use(tmp_path: Path) -> None:
     plan = QuickBuilder(tmp_path / "x.cpp")
     (tmp_path / "x.cpp").write_text("")
-    assert _build_reason(plan.plan()) == "first use (nothing cached yet)"
+    assert build_reason(plan.plan()) == "first use (nothing cached yet)"
 
 
 ANNOUNCE = """
     import logging, sys
     {setup}
-    from anyaccel.ops.builder import announce
+    from anyaccel.ops.jit.announce import announce
     announce("building op 'demo'")
 """
 

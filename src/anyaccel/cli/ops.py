@@ -1,18 +1,29 @@
-"""``python -m anyaccel.ops [--accelerator NAME] [--plan BUILDER ...] [--build BUILDER ...]``."""
+"""``anyaccel ops``: which op builders this machine can build, what a build would do, or build it.
+
+With no option, prints the capability table of the accelerator (``--accelerator NAME``, else
+the detected one); ``--plan BUILDER ...`` prints each build's flags and paths without compiling,
+``--build BUILDER ...`` builds each (or loads it from the cache). Exit status: 0 on success,
+1 when an op cannot be built or loaded here (the message says why), 2 for an unknown builder.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from anyaccel.ops import registry
 from anyaccel.ops.capabilities import capabilities, format_capabilities
 from anyaccel.ops.errors import OpError
 
+if TYPE_CHECKING:
+    from anyaccel.abstract import Accelerator
 
-def main(argv: list[str] | None = None) -> int:
-    """Print the capability table, the dry-run plan of builders, or build them."""
-    parser = argparse.ArgumentParser(prog="python -m anyaccel.ops", description=__doc__)
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``anyaccel ops``."""
     parser.add_argument("--accelerator", help="accelerator name (default: the detected one)")
     parser.add_argument(
         "--plan",
@@ -28,17 +39,22 @@ def main(argv: list[str] | None = None) -> int:
         metavar="BUILDER",
         help="build (or load from cache) these builders",
     )
-    args = parser.parse_args(argv)
-    if args.accelerator is None:
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the capability table, the dry-run plan of builders, or build them."""
+    target: str | Accelerator
+    if args.accelerator:
+        name = target = str(args.accelerator)
+        package = registry.builder_package(name)
+    else:
         from anyaccel import get_accelerator
 
-        accelerator = get_accelerator()
-        name, package = accelerator._name, accelerator.op_builder_dir()
-    else:
-        name, package = args.accelerator, registry.builder_package(args.accelerator)
+        target = get_accelerator()
+        name, package = target._name, target.op_builder_dir()
     try:
         if not args.plan and not args.build:
-            print(format_capabilities(capabilities(args.accelerator or None)))
+            print(format_capabilities(capabilities(target)))
         for class_name in [*args.plan, *args.build]:
             builder_class = registry.find_builder_class(package, class_name, name)
             if builder_class is None:
@@ -58,7 +74,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
