@@ -292,7 +292,7 @@ def test_state_of_the_wrong_shape_is_refused_at_load_naming_it(cls: Any) -> None
         (
             lambda sd: sd["param_groups"][0].update(lr=-1.0),
             ValueError,
-            "group 0: invalid learning rate",
+            "group 0: Invalid learning rate",
         ),
         (lambda sd: sd["param_groups"][0].update(betas="x"), TypeError, "group 0: invalid betas"),
         (lambda sd: sd["state"][0].update(step="two"), CheckpointMismatchError, "'step' must be"),
