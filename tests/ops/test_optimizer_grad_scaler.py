@@ -233,3 +233,32 @@ def test_grad_scaler_with_fp16_autocast_trains_like_torch(name: str) -> None:
         torch.testing.assert_close(ours_param, torch_param)  # float32 tolerances
     stepped = optimizers["ours"].state[next(nets["ours"].parameters())]["step"]
     assert 0 < float(stepped) < 12
+
+
+@pytest.mark.skipif(
+    not (has_cpu_fp16_autocast_and_scaler() and torch_fused_steps_on_cpu()),
+    reason="this torch lacks GradScaler('cpu'), CPU fp16 autocast or fused CPU optimizers",
+)
+def test_unscale_then_clip_then_step_is_not_unscaled_twice() -> None:
+    """scaler.unscale_(opt) before clipping: GradScaler then hands over no grad_scale."""
+    nets = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        nets.append(torch.nn.Linear(8, 3))
+    ours = CPUAdamW(nets[0].parameters(), lr=1e-2, fused=True)
+    theirs = torch.optim.AdamW(nets[1].parameters(), lr=1e-2, fused=True)
+    inputs = torch.randn(4, 8, generator=torch.Generator().manual_seed(3))
+    for net, optimizer in ((nets[0], ours), (nets[1], theirs)):
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+        for _ in range(3):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = net(inputs).float().pow(2).mean()
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 0.1)
+            scaler.step(optimizer)
+            scaler.update()
+    for ours_param, torch_param in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
+        torch.testing.assert_close(ours_param, torch_param)
+        torch.testing.assert_close(ours_param.grad, torch_param.grad)
