@@ -8,7 +8,8 @@ DeepSpeed's columns appear when ``deepspeed`` is importable (its CPU Adam builds
 
 Parameter lists: one big tensor, 10 x 1M, 1000 x 10k (the same bytes in many tensors), GPT-2
 small's 148 real shapes, and 1000 one-element tensors (the fixed cost per parameter), in fp32
-and bf16 (bf16 parameters updated in place with fp32 states, as DeepSpeed does).
+and bf16 (bf16 parameters updated in place with fp32 states, as DeepSpeed does); then bf16 vs
+fp16 parameters on 1 x 10M and 1000 x 10k (``--low-precision`` prints only that table).
 """
 
 from __future__ import annotations
@@ -251,6 +252,39 @@ def shape_set_table(quick: bool, dtype: torch.dtype, repeats: int) -> list[str]:
     return rows
 
 
+#: Bytes a low-precision Adam step moves per parameter: read p, g (2 each), m, v (4 each);
+#: write p (2), m, v (4 each).
+LOW_PRECISION_ADAM_BYTES = 22
+
+
+def low_precision_table(repeats: int) -> list[str]:
+    """Rows: our Adam on bf16 and fp16 parameters (fp32 states), steps interleaved.
+
+    Both take the one-pass loop (converting in registers) where the SIMD level has it; fp16
+    needs F16C. The ratio is fp16's median time over bf16's in the same run.
+    """
+    rows = [
+        "| parameters | bf16 ms | fp16 ms | fp16 / bf16 | bf16 GB/s | fp16 GB/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    sets = {"1 x 10M": [(10_000_000,)], "1000 x 10k": [(10_000,)] * 1000}
+    for label, shapes in sets.items():
+        elements = sum(torch.Size(shape).numel() for shape in shapes)
+        steps = {
+            str(dtype): list_step(lambda ps: CPUAdam(ps, lr=1e-3), shapes, dtype)
+            for dtype in (torch.bfloat16, torch.float16)
+        }
+        times = median_times(steps, max(repeats, 50))
+        bf16, fp16 = times["torch.bfloat16"], times["torch.float16"]
+        rows.append(
+            f"| {label} | {bf16 * 1e3:.2f} | {fp16 * 1e3:.2f} | {fp16 / bf16:.2f} | "
+            f"{LOW_PRECISION_ADAM_BYTES * elements / bf16 / 1e9:.1f} | "
+            f"{LOW_PRECISION_ADAM_BYTES * elements / fp16 / 1e9:.1f} |"
+        )
+        del steps
+    return rows
+
+
 def torch_counterpart(name: str, dtype: torch.dtype) -> Factory | None:
     """torch's optimizer for ``name`` (fused where this torch steps ``dtype`` fused on the CPU)."""
     classes = {"Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW, "Adagrad": torch.optim.Adagrad}
@@ -394,6 +428,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None, help="timed steps per implementation")
     parser.add_argument("--no-build", action="store_true", help="skip the build-time table")
     parser.add_argument(
+        "--low-precision", action="store_true", help="only the bf16 vs fp16 one-pass table"
+    )
+    parser.add_argument(
         "--lists-only", action="store_true", help="only the parameter-list tables (fp32, bf16)"
     )
     args = parser.parse_args()
@@ -405,6 +442,14 @@ def main() -> None:
         f"# CPU Adam benchmark: torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"{os.cpu_count()} CPUs, median of >= {repeats} interleaved steps\n"
     )
+    low_precision_title = (
+        f"\n## bf16 vs fp16 parameters, fp32 states ({LOW_PRECISION_ADAM_BYTES} B/param, "
+        f"{CPUAdamBuilder().load().simd_level()} kernels)\n"
+    )
+    if args.low_precision:
+        print(low_precision_title)
+        print("\n".join(low_precision_table(repeats)))
+        return
     if args.lists_only:
         for dtype in (torch.float32, torch.bfloat16):
             print(f"\n## Parameter lists, {str(dtype).removeprefix('torch.')} parameters\n")
@@ -437,6 +482,8 @@ def main() -> None:
             "(fp32 states); ratios > 1 mean anyaccel is faster\n"
         )
         print("\n".join(shape_set_table(args.quick, dtype, repeats)))
+    print(low_precision_title)
+    print("\n".join(low_precision_table(repeats)))
     print(FIXED_COST_TITLE)
     print("\n".join(fixed_cost_table(FIXED_COST_REPEATS)))
     if not args.no_build:

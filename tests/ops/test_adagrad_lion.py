@@ -62,5 +62,5 @@ def test_deepspeed_adagrad_and_lion_signatures() -> None:
 def test_invalid_hyperparameters_are_rejected(
     cls: type[torch.optim.Optimizer], options: dict[str, object]
 ) -> None:
-    with pytest.raises(ValueError, match="invalid"):
+    with pytest.raises(ValueError, match=r"(?i)invalid"):
         cls([torch.nn.Parameter(torch.zeros(1))], **options)

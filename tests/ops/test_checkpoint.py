@@ -292,7 +292,7 @@ def test_state_of_the_wrong_shape_is_refused_at_load_naming_it(cls: Any) -> None
         (
             lambda sd: sd["param_groups"][0].update(lr=-1.0),
             ValueError,
-            "group 0: invalid learning rate",
+            "group 0: Invalid learning rate",
         ),
         (lambda sd: sd["param_groups"][0].update(betas="x"), TypeError, "group 0: invalid betas"),
         (lambda sd: sd["state"][0].update(step="two"), CheckpointMismatchError, "'step' must be"),
@@ -492,3 +492,25 @@ def test_an_edited_checkpoint_loads_and_steps_or_is_refused_untouched(
         state = target.state[param]
         assert isinstance(state["step"], torch.Tensor) and float(state["step"]) >= 1
         assert all(state[key].shape == param.shape for key in ("exp_avg", "exp_avg_sq"))
+
+
+def test_checkpoint_imports_nothing_above_it() -> None:
+    """Every import of ops/checkpoint.py (TYPE_CHECKING and function level too) points down.
+
+    host_optimizer imports checkpoint; checkpoint describes what it reads of an optimizer with
+    a protocol, so the two never import each other.
+    """
+    import ast
+    import inspect
+
+    from anyaccel.ops import checkpoint
+
+    tree = ast.parse(inspect.getsource(checkpoint))
+    imported = {
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    ours = {name for name in imported if name and name.startswith("anyaccel")}
+    assert ours <= {"anyaccel.ops.hyperparams", "anyaccel.errors"}, ours

@@ -90,9 +90,11 @@ def test_numeric_hyperparameters_are_accepted_and_refused_as_torch_does(
     ours, theirs, key = case
     if key == "initial_accumulator_value" and isinstance(value, torch.Tensor) and value.dim():
         # torch's own fill (full_like) trips over a shape-(1,) tensor; we take its one value.
-        assert outcome(lambda: ours([param()], **{key: value})) is (
-            None if value.numel() == 1 and value.item() >= 0 else ValueError
-        )
+        verdict = outcome(lambda: ours([param()], **{key: value}))
+        if value.numel() == 1 and value.item() >= 0:
+            assert verdict is None
+        else:
+            assert verdict is not None and issubclass(verdict, ValueError)
         return
     assert_same_verdict(
         lambda: ours([param()], **{key: value}), lambda: theirs([param()], **{key: value})
@@ -147,12 +149,12 @@ def test_a_string_learning_rate_is_a_type_error_naming_it_everywhere(
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"lr": -0.5}, "invalid learning rate lr=-0.5"),
-        ({"eps": float("nan")}, "invalid epsilon value eps=nan"),
-        ({"betas": (0.9, 1.0)}, r"beta parameter at index 1: betas\[1\]=1.0"),
+        ({"lr": -0.5}, r"Invalid learning rate: -0.5 \(lr=-0.5\)"),
+        ({"eps": float("nan")}, r"Invalid epsilon value: nan \(eps=nan\)"),
+        ({"betas": (0.9, 1.0)}, r"beta parameter at index 1: 1.0 \(betas\[1\]=1.0\)"),
         ({"betas": (0.9,)}, "exactly two numbers"),
         ({"betas": "0.9"}, "pair of numbers"),
-        ({"lr": torch.tensor([1.0, 2.0])}, "one element"),
+        ({"lr": torch.tensor([1.0, 2.0])}, "Tensor lr must be 1-element"),
         ({"amsgrad": "yes"}, "amsgrad='yes'"),
         ({"foreach": "x"}, "foreach='x'"),
     ],
@@ -164,10 +166,19 @@ def test_errors_name_the_hyperparameter_and_its_value(
         CPUAdam([param()], **options)
 
 
-def test_integer_and_tensor_betas_are_accepted_and_used() -> None:
-    ours = train(lambda ps: CPUAdam(ps, lr=1e-2, betas=(0, torch.tensor(0.5))), steps=5)
+def test_tensor_betas_are_accepted_and_used() -> None:
+    betas = (torch.tensor(0.0), torch.tensor(0.5))
+    ours = train(lambda ps: CPUAdam(ps, lr=1e-2, betas=betas), steps=5)
     torch_ = train(lambda ps: torch.optim.Adam(ps, lr=1e-2, betas=(0.0, 0.5)), steps=5)
     assert_parity(ours, torch_)
+
+
+def test_integer_betas_are_used_where_deepspeed_and_lion_take_them() -> None:
+    """DeepSpeed's signature and Lion take any numbers; CPUAdam follows torch's type rule."""
+    want = train(lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.0, betas=(0.0, 0.5)), 5)
+    got = train(lambda ps: DeepSpeedCPUAdam(ps, lr=1e-2, betas=(0, torch.tensor(0.5))), 5)
+    assert_parity(got, want)
+    CPULion([param()], betas=(0, 1 - 2**-7))
 
 
 def test_a_tensor_learning_rate_is_read_at_every_step() -> None:
@@ -187,7 +198,7 @@ def test_per_group_values_are_validated_in_the_constructor(
     cls: type[torch.optim.Optimizer],
 ) -> None:
     groups = [{"params": [param()]}, {"params": [param()], "lr": -1.0}]
-    with pytest.raises(ValueError, match=r"param group 1: invalid learning rate lr=-1\.0"):
+    with pytest.raises(ValueError, match=r"param group 1: Invalid learning rate: -1\.0"):
         cls(groups)
 
 
@@ -203,7 +214,7 @@ def test_add_param_group_refuses_a_bad_value_and_adds_nothing(
 
 def test_validate_ignores_keys_it_has_no_rule_for() -> None:
     validate(ADAM_RULES, {"params": [], "name": "decoder", "lr_scale": "anything"})
-    with pytest.raises(ValueError, match="where: invalid learning rate"):
+    with pytest.raises(ValueError, match="where: Invalid learning rate"):
         validate(ADAM_RULES, {"lr": -1}, "where")
 
 
@@ -270,7 +281,7 @@ def test_torch_keywords_that_keep_our_semantics_are_accepted(
     [
         ({"differentiable": True}, "differentiable=True is not supported"),
         ({"capturable": True}, "capturable=True is not supported"),
-        ({"fused": True, "foreach": True}, "fused=True and foreach=True"),
+        ({"fused": True, "foreach": True}, "`fused` and `foreach` cannot be `True` together"),
     ],
 )
 def test_torch_keywords_we_cannot_honour_are_refused_per_group(

@@ -13,6 +13,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from anyaccel.ops.adagrad import CPUAdagrad
+from anyaccel.ops.adam import CPUAdam, CPUAdamW
+from anyaccel.ops.cpu.cpu_adam import CPUAdamBuilder
+from anyaccel.ops.lion import CPULion
+
 from .optim_reference import DEEPSPEED_CLASSES, PAIRS, LowPrecisionReference
 
 LOW = [torch.bfloat16, torch.float16]
@@ -187,25 +192,41 @@ def test_same_results_as_deepspeed_adam(dtype: torch.dtype, fp32_states: bool) -
         torch.testing.assert_close(p.float(), q.float(), rtol=1e-2, atol=1e-2)
 
 
-@pytest.mark.parametrize("options", [{}, {"amsgrad": True}, {"weight_decay": 0.1}])
-@pytest.mark.parametrize("adamw_mode", [False, True])
-def test_bf16_adam_fused_pass_matches_the_chunked_pass_bit_for_bit(
-    options: dict[str, object], adamw_mode: bool
-) -> None:
-    """bf16 params and grads with fp32 states take a fused pass; with a copy, the chunked one."""
-    from anyaccel.ops.adam import CPUAdam
+ONE_PASS_CASES: dict[str, Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]] = {
+    "Adam": lambda ps: CPUAdam(ps, lr=1e-2),
+    "Adam-amsgrad": lambda ps: CPUAdam(ps, lr=1e-2, amsgrad=True),
+    "Adam-L2": lambda ps: CPUAdam(ps, lr=1e-2, weight_decay=0.1),
+    "AdamW": lambda ps: CPUAdamW(ps, lr=1e-2, weight_decay=0.1),
+    "AdamW-amsgrad-maximize": lambda ps: CPUAdamW(
+        ps, lr=1e-2, weight_decay=0.1, amsgrad=True, maximize=True
+    ),
+    "Adagrad": lambda ps: CPUAdagrad(ps, lr=1e-2),
+    "Adagrad-decay": lambda ps: CPUAdagrad(ps, lr=1e-2, weight_decay=0.1, lr_decay=0.01),
+    "Lion": lambda ps: CPULion(ps, lr=1e-2),
+    "Lion-decay": lambda ps: CPULion(ps, lr=1e-2, weight_decay=0.1, maximize=True),
+}
 
+
+@pytest.mark.parametrize("dtype", LOW, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("name", list(ONE_PASS_CASES))
+def test_low_precision_one_pass_matches_the_chunked_pass_bit_for_bit(
+    name: str, dtype: torch.dtype
+) -> None:
+    """bf16/fp16 params and grads with fp32 states take a one-pass loop; with a copy, chunks."""
     results = []
     for with_copy in (False, True):
         torch.manual_seed(0)
-        params = [torch.nn.Parameter(torch.randn(n).to(torch.bfloat16)) for n in (5, 70_001)]
-        optimizer = CPUAdam(params, lr=1e-2, adamw_mode=adamw_mode, **options)  # type: ignore[arg-type]
+        # 5: a tail only; 70_001: vectors, threads and a tail; specials convert like torch.
+        params = [torch.nn.Parameter(torch.randn(n).to(dtype)) for n in (5, 70_001)]
+        with torch.no_grad():
+            params[1][:6] = torch.tensor([0.0, -0.0, 1e-7, 6e4, float("inf"), float("nan")])
+        optimizer = ONE_PASS_CASES[name](params)
         copies = [torch.empty_like(p, dtype=torch.bfloat16) for p in params]
         generator = torch.Generator().manual_seed(1)
         for _ in range(3):
             for p in params:
-                p.grad = torch.randn(p.shape, generator=generator).to(torch.bfloat16)
-            optimizer.step(fp16_param_groups=[copies] if with_copy else None)
+                p.grad = torch.randn(p.shape, generator=generator).to(dtype)
+            optimizer.step(fp16_param_groups=[copies] if with_copy else None)  # type: ignore[call-arg]
         results.append(
             [p.detach().view(torch.int16).clone() for p in params]
             + [
@@ -215,7 +236,17 @@ def test_bf16_adam_fused_pass_matches_the_chunked_pass_bit_for_bit(
                 if k != "step"
             ]
         )
-    fused, chunked = results
-    assert len(fused) == len(chunked)
-    for left, right in zip(fused, chunked, strict=True):
+    one_pass, chunked = results
+    assert len(one_pass) == len(chunked)
+    for left, right in zip(one_pass, chunked, strict=True):
         assert torch.equal(left, right)
+
+
+def test_fp16_takes_the_one_pass_loop_where_the_simd_level_converts_in_registers() -> None:
+    """F16C (every avx2/avx512 build) converts fp16 in registers; other levels use chunks."""
+    kernel = CPUAdamBuilder().load()
+    expected = ["bfloat16", "float16"] if kernel.simd_level() in ("avx2", "avx512") else None
+    dtypes = list(kernel.one_pass_dtypes())
+    assert "bfloat16" in dtypes
+    if expected is not None:
+        assert dtypes == expected

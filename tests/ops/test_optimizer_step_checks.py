@@ -114,6 +114,8 @@ def provoke(kind: str, optimizer: torch.optim.Optimizer, params: list[torch.nn.P
     elif kind == "param-float64":
         target.data = target.data.double()
         target.grad = torch.randn_like(target)
+    elif kind == "param-expanded":  # a stride-0 view: one element written three times
+        target.data = torch.randn(1).expand(3)
     else:
         raise AssertionError(kind)
     return {}
@@ -133,6 +135,11 @@ KINDS = {
     "copy-float32": (TypeError, r"group 1 param 1 has a copy of torch.float32"),
     "copy-not-contiguous": (ValueError, r"group 1 param 1 copy .*not contiguous"),
     "param-float64": (TypeError, r"group 1 param 1 is torch.float64"),
+    "param-expanded": (
+        RuntimeError,
+        r"group 1 param 1 of shape \(3,\) and strides \(0,\) is an expanded view .*"
+        r"more than one element of the written-to tensor refers to a single memory location",
+    ),
 }
 
 
@@ -159,6 +166,26 @@ def test_a_first_step_that_fails_creates_no_state(name: str) -> None:
     with pytest.raises(TypeError, match="group 0 param 1 has a sparse gradient"):
         optimizer.step()
     assert len(optimizer.state) == 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_expanded_parameter_beside_a_normal_one_is_refused_before_any_write(
+    name: str,
+) -> None:
+    """torch refuses a stride-0 parameter too (RuntimeError); ours does so before any write."""
+    normal = torch.nn.Parameter(torch.randn(4))
+    expanded = torch.nn.Parameter(torch.randn(1).expand(4))
+    params = [normal, expanded]
+    for param in params:
+        param.grad = torch.randn(4)
+    optimizer = PAIRS[name][0](params)
+    before = snapshot(optimizer, params)
+    with pytest.raises(RuntimeError, match=r"group 0 param 1 .* expanded view .*clone\(\)"):
+        optimizer.step()
+    assert_same(before, snapshot(optimizer, params))
+    assert len(optimizer.state) == 0
+    with pytest.raises(RuntimeError, match="refers to a single memory location"):
+        PAIRS[name][1](params).step()  # torch's own verdict on the same parameters
 
 
 WRONG_SIZE_STATE = """

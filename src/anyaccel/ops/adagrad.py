@@ -92,16 +92,22 @@ class CPUAdagrad(HostOptimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        scaling = self._amp_scaling()
+        copies = self._copies_by_group(fp16_param_groups)
         sparse = self._sparse_params()
         held = [(param, param.grad) for _, _, param in sparse]
         try:
             for param, _ in held:
                 param.grad = None  # the dense step skips them
-            super().step(None, fp16_param_groups)
+            self._step_dense(copies, scaling)
         finally:
             for param, grad in held:
                 param.grad = grad
-        copies = self._copies_by_group(fp16_param_groups) if sparse else None
+        if scaling.skip:
+            return loss
+        if scaling.grad_scale is not None:  # each distinct sparse gradient, once
+            for grad in {id(grad): grad for _, grad in held if grad is not None}.values():
+                grad.div_(scaling.grad_scale)
         for group_index, param_index, param in sparse:
             group, state = self.param_groups[group_index], self.state[param]
             assert param.grad is not None

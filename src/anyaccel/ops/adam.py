@@ -13,7 +13,7 @@ from torch.optim.optimizer import ParamsT, StateDict
 
 from anyaccel.ops.cpu.cpu_adam import CPUAdamBuilder
 from anyaccel.ops.host_optimizer import HostOptimizer
-from anyaccel.ops.hyperparams import ADAM_RULES
+from anyaccel.ops.hyperparams import ADAM_RULES, check_torch_betas, validate
 
 #: Adam's state tensors and their initial values.
 ADAM_STATES = (("exp_avg", 0.0), ("exp_avg_sq", 0.0))
@@ -34,6 +34,9 @@ class CPUAdam(HostOptimizer):
     state_tensor_keys = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
     #: Whether every group's weight decay is decoupled whatever a checkpoint says (torch's AdamW).
     always_decoupled: ClassVar[bool] = False
+    #: Whether betas must be both floats or both tensors, as the installed torch.optim.Adam
+    #: requires (DeepSpeed's signature takes any numbers).
+    torch_betas_rule: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -69,6 +72,9 @@ class CPUAdam(HostOptimizer):
             "bias_correction": bias_correction,
         }
         defaults["decoupled_weight_decay"] = defaults["adamw_mode"]
+        if self.torch_betas_rule:
+            validate(self.hyperparameter_rules, defaults)  # torch checks values first
+            check_torch_betas(betas)
         super().__init__(params, defaults)
 
     def _prepare_param_group(self, param_group: dict[str, Any], where: str) -> None:
@@ -196,6 +202,8 @@ class CPUAdamW(CPUAdam):
 
 class DeepSpeedCPUAdam(CPUAdam):
     """``deepspeed.ops.adam.DeepSpeedCPUAdam``'s signature over anyaccel's kernel."""
+
+    torch_betas_rule: ClassVar[bool] = False
 
     def __init__(
         self,

@@ -11,22 +11,53 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from itertools import chain
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from anyaccel.errors import AnyaccelError
-from anyaccel.ops.hyperparams import torch_keys_we_cannot_check, validate
-
-if TYPE_CHECKING:
-    from anyaccel.ops.host_optimizer import HostOptimizer
+from anyaccel.ops.hyperparams import Rule, torch_keys_we_cannot_check, validate
 
 
 class CheckpointMismatchError(AnyaccelError, ValueError):
     """A state dict that cannot be loaded into this optimizer; nothing was loaded."""
 
 
-def prepare_checkpoint(optimizer: HostOptimizer, state_dict: Mapping[str, Any]) -> dict[str, Any]:
+class CheckpointTarget(Protocol):
+    """What checkpoint preparation reads of an optimizer (``HostOptimizer`` answers it).
+
+    A protocol rather than an import, so this module stays below ``host_optimizer``.
+    """
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The optimizer's param groups."""
+
+    @property
+    def hyperparameter_rules(self) -> Mapping[str, Rule]:
+        """The rules its group hyperparameters follow."""
+
+    @property
+    def torch_counterpart(self) -> str | None:
+        """The ``torch.optim`` class whose group keys it carries, or None."""
+
+    @property
+    def state_tensor_keys(self) -> tuple[str, ...]:
+        """Its per-parameter state tensors' keys."""
+
+    @property
+    def state_key_aliases(self) -> Mapping[str, str]:
+        """Other optimizers' names for its state tensors (theirs to ours)."""
+
+    def _translate_checkpoint_group(
+        self, group: dict[str, Any], current: Mapping[str, Any]
+    ) -> None:
+        """Map another optimizer's group keys in a checkpoint ``group`` to its own."""
+
+
+def prepare_checkpoint(
+    optimizer: CheckpointTarget, state_dict: Mapping[str, Any]
+) -> dict[str, Any]:
     """A copy of ``state_dict`` that ``optimizer`` can load as is, or raise saying why not.
 
     Groups take the checkpoint's hyperparameters; keys the checkpoint lacks keep this
@@ -52,7 +83,7 @@ def prepare_checkpoint(optimizer: HostOptimizer, state_dict: Mapping[str, Any]) 
     return {**state_dict, "state": state, "param_groups": groups}
 
 
-def _check_group_sizes(optimizer: HostOptimizer, saved_groups: list[Any]) -> None:
+def _check_group_sizes(optimizer: CheckpointTarget, saved_groups: list[Any]) -> None:
     """The checkpoint has as many groups as the optimizer, each with as many parameters."""
     if len(saved_groups) != len(optimizer.param_groups):
         raise CheckpointMismatchError(
@@ -76,7 +107,7 @@ def _check_group_sizes(optimizer: HostOptimizer, saved_groups: list[Any]) -> Non
 
 
 def _prepare_group(
-    optimizer: HostOptimizer, index: int, group: dict[str, Any], current: Mapping[str, Any]
+    optimizer: CheckpointTarget, index: int, group: dict[str, Any], current: Mapping[str, Any]
 ) -> dict[str, Any]:
     """One checkpoint group translated to our keys and checked like a constructor's values."""
     where = f"checkpoint param group {index}"
@@ -108,7 +139,7 @@ def _same(value: Any, default: Any) -> bool:
 
 
 def _prepare_state(
-    optimizer: HostOptimizer, saved_state: Mapping[Any, Any], groups: list[dict[str, Any]]
+    optimizer: CheckpointTarget, saved_state: Mapping[Any, Any], groups: list[dict[str, Any]]
 ) -> dict[Any, Any]:
     """Per-parameter state with our key names, each tensor checked against its parameter."""
     params = chain.from_iterable(group["params"] for group in optimizer.param_groups)
@@ -158,7 +189,7 @@ def _prepare_state(
     return state
 
 
-def _rename_aliases(optimizer: HostOptimizer, entry: dict[str, Any]) -> dict[str, Any]:
+def _rename_aliases(optimizer: CheckpointTarget, entry: dict[str, Any]) -> dict[str, Any]:
     """Another optimizer's name for one of our state tensors becomes ours."""
     for theirs, ours in optimizer.state_key_aliases.items():
         if theirs in entry and ours not in entry:

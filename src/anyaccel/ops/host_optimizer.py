@@ -18,6 +18,11 @@ from anyaccel.forksafe import native_threads
 from anyaccel.ops.builder import OpBuilder
 from anyaccel.ops.checkpoint import prepare_checkpoint
 from anyaccel.ops.hyperparams import Rule, validate, with_torch_keys
+from anyaccel.ops.optimizer_errors import (
+    OptimizerTypeError,
+    OptimizerValueError,
+    as_optimizer_error,
+)
 
 #: What ``step(fp16_param_groups=...)`` accepts: one list of copies per group, or a flat list.
 CopyGroups = Sequence[Sequence[torch.Tensor | None]] | Sequence[torch.Tensor | None]
@@ -30,6 +35,34 @@ class SubgroupBackup(NamedTuple):
     value: torch.Tensor
     states: dict[str, torch.Tensor]
     initial: dict[str, float]
+
+
+#: What to do about a parameter list torch.optim.Optimizer refuses.
+PARAMS_FIX = (
+    "as torch.optim refuses it, so does anyaccel: pass a non-empty list of leaf tensors (e.g. "
+    "model.parameters()) or of param-group dicts, each parameter in one group only"
+)
+
+
+class AmpScaling(NamedTuple):
+    """What ``torch.amp.GradScaler`` handed a fused optimizer for this step."""
+
+    #: The gradients are divided by it before the update (None: they are already unscaled).
+    grad_scale: torch.Tensor | None
+    #: A non-finite gradient was found: the step is skipped (states created, nothing moved).
+    skip: bool
+
+
+class GroupRounds(NamedTuple):
+    """A param group listing a parameter more than once, stepped as torch steps it.
+
+    torch's loop steps each occurrence in turn on one shared state; so are ours, in rounds:
+    round k holds the k-th occurrence of each parameter (its indices in the group).
+    """
+
+    rounds: list[list[int]]
+    copies: list[torch.Tensor | None] | None
+    group_index: int
 
 
 class HostOptimizer(torch.optim.Optimizer):
@@ -55,9 +88,17 @@ class HostOptimizer(torch.optim.Optimizer):
     #: False keeps states in the parameter's dtype (DeepSpeed's ``fp32_optimizer_states``).
     fp32_optimizer_states: bool = True
 
-    def __init__(self, params: ParamsT, defaults: dict[str, Any]) -> None:
+    def __init__(
+        self, params: ParamsT, defaults: dict[str, Any], *, fused: bool | None = None
+    ) -> None:
         validate(self.hyperparameter_rules, defaults)
-        super().__init__(params, with_torch_keys(defaults, self.torch_counterpart))
+        try:  # torch's own refusals (an empty or non-leaf parameter list) as ours
+            super().__init__(params, with_torch_keys(defaults, self.torch_counterpart))
+        except (TypeError, ValueError) as exc:
+            raise as_optimizer_error(exc, PARAMS_FIX) from None
+        if fused if fused is not None else defaults.get("fused"):
+            # As torch's fused optimizers: GradScaler hands grad_scale/found_inf to step().
+            self._step_supports_amp_scaling = True
         self.kernel  # noqa: B018  (load now: a build failure surfaces at construction)
 
     @property
@@ -74,7 +115,10 @@ class HostOptimizer(torch.optim.Optimizer):
             where = f"param group {len(getattr(self, 'param_groups', ()))}"
             validate(self.hyperparameter_rules, param_group, where)
             self._prepare_param_group(param_group, where)
-        super().add_param_group(param_group)
+        try:  # torch's own refusals (a parameter in two groups) as ours
+            super().add_param_group(param_group)
+        except (TypeError, ValueError) as exc:
+            raise as_optimizer_error(exc, PARAMS_FIX) from None
 
     def _prepare_param_group(self, param_group: dict[str, Any], where: str) -> None:
         """Reconcile a new group's own keys before torch fills in the defaults (per optimizer)."""
@@ -149,15 +193,62 @@ class HostOptimizer(torch.optim.Optimizer):
         """One step; ``fp16_param_groups`` are bf16/fp16 copies refreshed in the same pass.
 
         The whole step is checked before anything is written: a state, gradient or copy that
-        does not fit its parameter raises ``ValueError``/``TypeError`` with nothing changed.
+        does not fit its parameter raises ``ValueError``/``TypeError`` (a ``RuntimeError`` for a
+        parameter that cannot be written) with nothing changed. With ``fused=True``,
+        ``torch.amp.GradScaler`` sets ``grad_scale`` and ``found_inf`` on the optimizer, as for
+        torch's fused optimizers: gradients are divided by ``grad_scale`` in place, and a step
+        with a nonzero ``found_inf`` moves nothing (missing states are created at step 0).
         """
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        copies = self._copies_by_group(fp16_param_groups)
-        self._run(self._prepare(copies, None))
+        self._step_dense(self._copies_by_group(fp16_param_groups), self._amp_scaling())
         return loss
+
+    def _step_dense(
+        self, copies: list[list[torch.Tensor | None]] | None, scaling: AmpScaling
+    ) -> None:
+        """Check every group, then (unless GradScaler skips it) unscale and step each."""
+        plans = self._prepare(copies, None)
+        if scaling.skip:
+            self._create_states(plans)
+            return
+        if scaling.grad_scale is not None:
+            _unscale(_dense_grads(plans), scaling.grad_scale)
+        self._run(plans)
+
+    def _amp_scaling(self) -> AmpScaling:
+        """The ``grad_scale``/``found_inf`` torch.amp.GradScaler set on this optimizer, checked."""
+        grad_scale = getattr(self, "grad_scale", None)
+        found_inf = getattr(self, "found_inf", None)
+        if grad_scale is None and found_inf is None:
+            return AmpScaling(None, False)
+        scale = None if grad_scale is None else _scalar_tensor("grad_scale", grad_scale)
+        if scale is not None and not (torch.isfinite(scale) and scale > 0):
+            raise OptimizerValueError(
+                f"grad_scale={float(scale)!r} cannot unscale the gradients: it must be a finite "
+                "number > 0 (torch.amp.GradScaler sets it to its current scale)"
+            )
+        skip = found_inf is not None and float(_scalar_tensor("found_inf", found_inf)) != 0.0
+        return AmpScaling(scale, skip)
+
+    def _create_states(self, plans: list[tuple[Any, dict[str, Any]]]) -> None:
+        """A step GradScaler skips: each stepped parameter gets its states, at step 0, as torch's.
+
+        torch's fused optimizers create the states, advance the step count and take it back.
+        """
+        for _, group in plans:
+            specs = self._state_specs(group)
+            for param in group["params"]:
+                if param.grad is None or param.grad.is_sparse:
+                    continue
+                state = self.state[param]
+                dtype = torch.float32 if self.fp32_optimizer_states else param.dtype
+                for key, initial in specs:
+                    if not isinstance(state.get(key), torch.Tensor):
+                        state[key] = torch.full(param.shape, initial, dtype=dtype)
+                state.setdefault("step", torch.tensor(0.0, dtype=torch.float32))
 
     @torch.no_grad()
     def step_subgroup(self, subgroup_id: int, closure: Callable[[], float] | None = None) -> Any:
@@ -243,27 +334,79 @@ class HostOptimizer(torch.optim.Optimizer):
     def _prepare(
         self, copies: list[list[torch.Tensor | None]] | None, shared_key: object
     ) -> list[tuple[Any, dict[str, Any]]]:
-        """One checked plan per group (``shared_key``: one state for all, as subgroups keep)."""
-        plans = []
+        """One checked plan per group (``shared_key``: one state for all, as subgroups keep).
+
+        A group listing a parameter twice gets ``GroupRounds`` instead, every round checked.
+        """
+        plans: list[tuple[Any, dict[str, Any]]] = []
         for index, group in enumerate(self.param_groups):
-            plan = self.kernel.prepare(
-                group["params"],
+            group_copies = None if copies is None else copies[index]
+            plan = self._plan(group["params"], shared_key, group_copies, group, index)
+            if shared_key is None and plan.duplicates:
+                plan = self._rounds(group, group_copies, index)
+            plans.append((plan, group))
+        return plans
+
+    def _plan(
+        self,
+        params: list[torch.Tensor],
+        shared_key: object,
+        copies: list[torch.Tensor | None] | None,
+        group: dict[str, Any],
+        index: int,
+    ) -> Any:
+        """The kernel's checked plan for ``params``; its refusals raised as our errors."""
+        try:
+            return self.kernel.prepare(
+                params,
                 self.state,
                 shared_key,
-                None if copies is None else copies[index],
+                copies,
                 self._state_specs(group),
                 not self.fp32_optimizer_states,
                 index,
             )
-            plans.append((plan, group))
-        return plans
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise as_optimizer_error(exc, from_kernel=True) from None
+
+    def _rounds(
+        self, group: dict[str, Any], copies: list[torch.Tensor | None] | None, index: int
+    ) -> GroupRounds:
+        """Split a group with repeated parameters into rounds, checking each one now."""
+        occurrences: dict[int, int] = {}
+        rounds: list[list[int]] = []
+        for position, param in enumerate(group["params"]):
+            round_index = occurrences.get(id(param), 0)
+            occurrences[id(param)] = round_index + 1
+            if round_index == len(rounds):
+                rounds.append([])
+            rounds[round_index].append(position)
+        for positions in rounds:  # checked now, stepped (and planned again) after the earlier
+            self._round_plan(group, copies, index, positions)
+        return GroupRounds(rounds, copies, index)
+
+    def _round_plan(
+        self,
+        group: dict[str, Any],
+        copies: list[torch.Tensor | None] | None,
+        index: int,
+        positions: list[int],
+    ) -> Any:
+        """The plan of one round: the group's parameters (and copies) at ``positions``."""
+        params = [group["params"][k] for k in positions]
+        round_copies = None if copies is None else [copies[k] for k in positions]
+        return self._plan(params, None, round_copies, group, index)
 
     def _run(self, plans: list[tuple[Any, dict[str, Any]]]) -> None:
-        """Step each prepared group in one native call."""
+        """Step each prepared group in one native call (a group in rounds: one per round)."""
         threads = native_threads(torch.get_num_threads())
         kernel_step = getattr(self.kernel, self.kernel_function)
         for plan, group in plans:
-            if len(plan):
+            if isinstance(plan, GroupRounds):
+                for positions in plan.rounds:
+                    round_plan = self._round_plan(group, plan.copies, plan.group_index, positions)
+                    kernel_step(round_plan, *self._group_scalars(group), threads)
+            elif len(plan):
                 kernel_step(plan, *self._group_scalars(group), threads)
 
     def _copies_by_group(
@@ -282,8 +425,43 @@ class HostOptimizer(torch.optim.Optimizer):
         expected = [len(group["params"]) for group in self.param_groups]
         actual = [len(group) for group in grouped]
         if actual != expected:
-            raise ValueError(
+            raise OptimizerValueError(
                 f"fp16_param_groups has {actual} copies per group but the optimizer has "
                 f"{expected} params per group; pass one copy (or None) per parameter"
             )
         return grouped  # type: ignore[return-value]
+
+
+def _scalar_tensor(name: str, value: object) -> torch.Tensor:
+    """GradScaler's ``grad_scale``/``found_inf`` as a one-element float32 CPU tensor."""
+    if isinstance(value, bool) or not isinstance(value, torch.Tensor | int | float):
+        raise OptimizerTypeError(
+            f"{name}={value!r} ({type(value).__name__}) is not a number: torch.amp.GradScaler "
+            f"sets optimizer.{name} to a one-element tensor; delete the attribute or set one"
+        )
+    tensor = torch.as_tensor(value)
+    if tensor.numel() != 1 or tensor.is_complex():
+        raise OptimizerValueError(
+            f"{name} must be a one-element real tensor (as torch.amp.GradScaler sets it), got "
+            f"shape {tuple(tensor.shape)} of {tensor.dtype}"
+        )
+    return tensor.detach().reshape(()).to(device="cpu", dtype=torch.float32)
+
+
+def _dense_grads(plans: list[tuple[Any, dict[str, Any]]]) -> list[torch.Tensor]:
+    """Each distinct dense gradient of the planned groups, once (a repeated parameter too)."""
+    seen: set[int] = set()
+    grads = []
+    for _, group in plans:
+        for param in group["params"]:
+            grad = param.grad
+            if grad is not None and not grad.is_sparse and id(grad) not in seen:
+                seen.add(id(grad))
+                grads.append(grad)
+    return grads
+
+
+def _unscale(grads: list[torch.Tensor], grad_scale: torch.Tensor) -> None:
+    """Divide ``grads`` in place by ``grad_scale``, as torch's fused optimizers unscale them."""
+    if grads:
+        torch._foreach_div_(grads, grad_scale)

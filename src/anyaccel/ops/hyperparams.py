@@ -14,6 +14,13 @@ from typing import Any, NamedTuple
 
 import torch
 
+from anyaccel.ops.optimizer_errors import (
+    OptimizerIndexError,
+    OptimizerTypeError,
+    OptimizerValueError,
+    OptimizerValueRuntimeError,
+)
+
 
 class Kind(str, Enum):
     """What kind of value a hyperparameter takes."""
@@ -90,20 +97,28 @@ LION_RULES: dict[str, Rule] = {
 def validate(rules: Mapping[str, Rule], values: Mapping[str, Any], where: str = "") -> None:
     """Check every value in ``values`` that ``rules`` knows; raise naming the first bad one.
 
-    ``where`` (e.g. ``"param group 1"``) prefixes the message. Raises ``TypeError`` for a value
-    of the wrong kind (a string learning rate, a flag that is not a bool) and ``ValueError``
-    for one out of range (negative, NaN, a beta of 1) or one anyaccel cannot honour.
+    ``where`` (e.g. ``"param group 1"``) prefixes the message. Raises ``OptimizerTypeError``
+    for a value of the wrong kind (a string learning rate, a flag that is not a bool),
+    ``OptimizerValueError`` for one out of range (negative, NaN, a beta of 1), one anyaccel
+    cannot honour, or a keyword pair torch's fused optimizers refuse (every anyaccel optimizer
+    error is also a ``RuntimeError``, the type torch raises for those); each message holds
+    torch's own wording.
     """
     prefix = f"{where}: " if where else ""
+    if _truthy_flag(values.get("fused")):
+        for other, wording in (
+            ("foreach", "`fused` and `foreach` cannot be `True` together."),
+            ("differentiable", "`fused` does not support `differentiable`"),
+        ):
+            if other in rules and _truthy_flag(values.get(other)):
+                raise OptimizerValueRuntimeError(
+                    f"{prefix}{wording} (fused=True and {other}=True, as torch.optim refuses "
+                    f"them too); pass only fused=True, or {other}=True without fused"
+                )
     for key, value in values.items():
         rule = rules.get(key)
         if rule is not None:
             _check(key, value, rule, prefix)
-    if _truthy_flag(values.get("fused")) and _truthy_flag(values.get("foreach")):
-        raise ValueError(
-            f"{prefix}fused=True and foreach=True cannot be set together (torch.optim refuses "
-            "them too); pass only one of them"
-        )
 
 
 def _check(key: str, value: Any, rule: Rule, prefix: str) -> None:
@@ -111,13 +126,16 @@ def _check(key: str, value: Any, rule: Rule, prefix: str) -> None:
     if rule.kind is Kind.NONNEGATIVE:
         number = _as_number(key, value, rule.label, prefix)
         if not number >= 0.0:  # also refuses NaN, as torch's `not 0.0 <= value` does
-            raise ValueError(f"{prefix}invalid {rule.label} {key}={value!r}: it must be >= 0")
+            shown = number if isinstance(value, torch.Tensor) else value
+            raise OptimizerValueError(
+                f"{prefix}Invalid {rule.label}: {shown} ({key}={value!r}); pass a number >= 0"
+            )
     elif rule.kind is Kind.BETAS:
         _check_betas(key, value, rule.label, prefix)
     elif rule.kind is Kind.FALSE_ONLY:
         _as_flag(key, value, prefix, optional=False)
         if value:
-            raise ValueError(f"{prefix}{key}={value!r} is not supported: {rule.refusal}")
+            raise OptimizerValueError(f"{prefix}{key}={value!r} is not supported: {rule.refusal}")
     else:
         _as_flag(key, value, prefix, optional=rule.kind is Kind.OPTIONAL_FLAG)
 
@@ -126,22 +144,24 @@ def _as_number(key: str, value: Any, label: str, prefix: str) -> float:
     """``value`` as a float if it is a real number or a one-element real tensor, else raise."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
-            raise ValueError(
-                f"{prefix}invalid {label} {key}: a tensor {key} must have one element, got "
-                f"shape {tuple(value.shape)}"
+            raise OptimizerValueRuntimeError(
+                f"{prefix}Tensor {key} must be 1-element: the {label} {key} is a tensor of shape "
+                f"{tuple(value.shape)}; pass a number or a one-element tensor"
             )
         if value.is_complex():
-            raise TypeError(f"{prefix}invalid {label} {key}: a complex tensor is not a number")
+            raise OptimizerTypeError(
+                f"{prefix}invalid {label} {key}: a complex tensor is not a number"
+            )
         return float(value.item())
     if isinstance(value, str | bytes) or value is None:
-        raise TypeError(
+        raise OptimizerTypeError(
             f"{prefix}invalid {label} {key}={value!r} ({type(value).__name__}): pass a number, "
             f"e.g. {key}=1e-3, not a string or None"
         )
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise TypeError(
+        raise OptimizerTypeError(
             f"{prefix}invalid {label} {key}={value!r} ({type(value).__name__}): pass a number "
             "or a one-element tensor"
         ) from None
@@ -150,21 +170,23 @@ def _as_number(key: str, value: Any, label: str, prefix: str) -> float:
 def _check_betas(key: str, value: Any, label: str, prefix: str) -> None:
     """Betas are a pair of numbers (or one-element tensors), each in ``[0, 1)``."""
     if isinstance(value, str | bytes | torch.Tensor) or not hasattr(value, "__len__"):
-        raise TypeError(
+        raise OptimizerTypeError(
             f"{prefix}invalid {key}={value!r} ({type(value).__name__}): pass a pair of numbers "
             "in [0, 1), e.g. betas=(0.9, 0.999)"
         )
     if len(value) != 2:
-        raise ValueError(
+        error = OptimizerIndexError if len(value) < 2 else OptimizerValueError  # as torch's
+        raise error(
             f"{prefix}invalid {key}={value!r}: it must hold exactly two numbers in [0, 1), "
             f"got {len(value)}"
         )
     for index, beta in enumerate(value):
         number = _as_number(f"{key}[{index}]", beta, f"{label} at index {index}", prefix)
         if not 0.0 <= number < 1.0:
-            raise ValueError(
-                f"{prefix}invalid {label} at index {index}: {key}[{index}]={beta!r} must be in "
-                "[0, 1)"
+            shown = number if isinstance(beta, torch.Tensor) else beta
+            raise OptimizerValueError(
+                f"{prefix}Invalid {label} at index {index}: {shown} ({key}[{index}]={beta!r}); "
+                "each beta must be in [0, 1)"
             )
 
 
@@ -175,7 +197,41 @@ def _as_flag(key: str, value: Any, prefix: str, optional: bool) -> None:
     if isinstance(value, int) and value in (0, 1):
         return
     expected = Kind.OPTIONAL_FLAG.value if optional else Kind.FLAG.value
-    raise TypeError(f"{prefix}invalid {key}={value!r} ({type(value).__name__}): pass {expected}")
+    raise OptimizerTypeError(
+        f"{prefix}invalid {key}={value!r} ({type(value).__name__}): pass {expected}"
+    )
+
+
+def check_torch_betas(betas: Any) -> None:
+    """torch.optim.Adam(W)'s rule on ``betas``: both floats or both (one-element) tensors.
+
+    The constructors of the classes that stand in for torch's (``CPUAdam``, ``CPUAdamW``)
+    apply it where the installed torch does, so what torch refuses they refuse alike.
+    """
+    if not _torch_checks_beta_types() or isinstance(betas, str | bytes | torch.Tensor):
+        return
+    pair = tuple(betas) if hasattr(betas, "__len__") and len(betas) == 2 else None
+    if pair is None:
+        return  # validate() names the bad length
+    if not (
+        all(isinstance(beta, float) for beta in pair)
+        or all(isinstance(beta, torch.Tensor) for beta in pair)
+    ):
+        kinds = ", ".join(type(beta).__name__ for beta in pair)
+        raise OptimizerValueError(
+            f"betas must be either both floats or both Tensors (as torch.optim requires), got "
+            f"betas={betas!r} ({kinds}); write them as floats, e.g. betas=(0.9, 0.999)"
+        )
+
+
+@functools.cache
+def _torch_checks_beta_types() -> bool:
+    """Whether the installed torch.optim.Adam refuses betas that mix floats and tensors."""
+    try:
+        torch.optim.Adam([torch.zeros(1, requires_grad=True)], betas=(0, 0.9))
+    except ValueError:
+        return True
+    return False
 
 
 def _truthy_flag(value: Any) -> bool:

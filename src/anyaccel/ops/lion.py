@@ -40,7 +40,7 @@ class CPULion(HostOptimizer):
         torch_keywords = {"foreach": foreach, "fused": fused, "capturable": capturable}
         validate(LION_RULES, {**torch_keywords, "differentiable": differentiable})
         defaults = {"lr": lr, "betas": betas, "weight_decay": weight_decay, "maximize": maximize}
-        super().__init__(params, defaults)
+        super().__init__(params, defaults, fused=fused)
 
     def _state_specs(self, group: dict[str, Any]) -> tuple[tuple[str, float], ...]:
         """The momentum."""

@@ -42,13 +42,27 @@ void adagrad_math_bf16(uint16_t* __restrict p, const uint16_t* __restrict g,
   }
 }
 
-// Takes a task range whole when adagrad_math_bf16 fits it (no copy to write).
+// Takes a task range whole when a one-pass loop fits it (bf16 or fp16 parameter and gradient,
+// an fp32 sum, no copy to write); false sends it through the chunked path.
 template <bool kDecay>
 bool adagrad_direct(const Task& task, int64_t begin, int64_t end, const AdagradScalars& a) {
-  if (!bf16_with_fp32_states(task, 1)) return false;
-  adagrad_math_bf16<kDecay>(static_cast<uint16_t*>(task.param.data) + begin,
-                            static_cast<const uint16_t*>(task.grad.data) + begin,
-                            static_cast<float*>(task.states[0].data) + begin, end - begin, a);
+  float* __restrict sum = static_cast<float*>(task.states[0].data) + begin;
+  if (one_pass(task, 1, DType::kBF16)) {
+    adagrad_math_bf16<kDecay>(static_cast<uint16_t*>(task.param.data) + begin,
+                              static_cast<const uint16_t*>(task.grad.data) + begin, sum,
+                              end - begin, a);
+    return true;
+  }
+  if (!one_pass(task, 1, DType::kF16)) return false;
+  fp16_one_pass(static_cast<uint16_t*>(task.param.data) + begin,
+                static_cast<const uint16_t*>(task.grad.data) + begin, end - begin,
+                [&](int64_t i, float grad, float value) {
+                  float gi = grad * a.grad_sign;
+                  if constexpr (kDecay) gi += a.weight_decay * value;
+                  const float acc = sum[i] + gi * gi;
+                  sum[i] = acc;
+                  return value - a.clr * (gi / (std::sqrt(acc) + a.eps));
+                });
   return true;
 }
 

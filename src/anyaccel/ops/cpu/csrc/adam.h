@@ -64,17 +64,31 @@ void adam_math_bf16(uint16_t* __restrict p, const uint16_t* __restrict g, float*
   }
 }
 
-// Takes a task range whole when adam_math_bf16 fits it (no copy to write).
+// Takes a task range whole when a one-pass loop fits it (bf16 or fp16 parameter and gradient,
+// fp32 states, no copy to write); false sends it through the chunked path.
 template <Decay kDecay, bool kAmsgrad>
 bool adam_direct(const Task& task, int64_t begin, int64_t end, const AdamScalars& a) {
   constexpr int kStates = kAmsgrad ? 3 : 2;
-  if (!bf16_with_fp32_states(task, kStates)) return false;
   auto state = [&](int k) {
     return k < kStates ? static_cast<float*>(task.states[k].data) + begin : nullptr;
   };
-  adam_math_bf16<kDecay, kAmsgrad>(static_cast<uint16_t*>(task.param.data) + begin,
-                                   static_cast<const uint16_t*>(task.grad.data) + begin,
-                                   state(0), state(1), state(2), end - begin, a);
+  if (one_pass(task, kStates, DType::kBF16)) {
+    adam_math_bf16<kDecay, kAmsgrad>(static_cast<uint16_t*>(task.param.data) + begin,
+                                     static_cast<const uint16_t*>(task.grad.data) + begin,
+                                     state(0), state(1), state(2), end - begin, a);
+    return true;
+  }
+  if (!one_pass(task, kStates, DType::kF16)) return false;
+  float* __restrict m = state(0);
+  float* __restrict v = state(1);
+  float* __restrict vmax = state(2);
+  fp16_one_pass(static_cast<uint16_t*>(task.param.data) + begin,
+                static_cast<const uint16_t*>(task.grad.data) + begin, end - begin,
+                [&](int64_t i, float grad, float value) {
+                  float unused = 0.0f;
+                  return adam_element<kDecay, kAmsgrad>(grad, value, m[i], v[i],
+                                                        kAmsgrad ? vmax[i] : unused, a);
+                });
   return true;
 }
 

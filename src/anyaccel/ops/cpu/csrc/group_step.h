@@ -8,6 +8,7 @@
 // (not its tensors) evenly over one OpenMP parallel region.
 #pragma once
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/full.h>
 #include <pybind11/pybind11.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -17,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu_optim.h"
+#include "simd.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -263,12 +264,17 @@ class Plan {
       PyObject* copy = has_copies ? PyList_GET_ITEM(copy_list.ptr(), i) : Py_None;
       add(i, hold(object), param, grad, copy);
     }
+    if (shared_key_ == nullptr) duplicates_ = find_duplicates();
   }
 
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
 
   int64_t size() const { return static_cast<int64_t>(entries_.size()); }
+
+  // Whether one parameter object appears more than once (with its gradient) in the group: such
+  // a plan must not be committed, since its entries would share one state and one tensor.
+  bool duplicates() const { return duplicates_; }
 
   // Creates missing states, advances step counts and returns one Task per parameter.
   // Non-contiguous parameters and gradients are stepped through contiguous copies; `after`
@@ -476,6 +482,27 @@ class Plan {
     return object;
   }
 
+  // An open-addressing set of the entries' parameter objects (a few ns per parameter).
+  bool find_duplicates() const {
+    if (entries_.size() < 2) return false;
+    size_t capacity = 4;
+    while (capacity < 2 * entries_.size()) capacity *= 2;
+    std::vector<const void*> slots(capacity, nullptr);
+    for (const Entry& entry : entries_) {
+      const void* key = entry.param;
+      size_t at = (reinterpret_cast<uintptr_t>(key) >> 4) * 0x9E3779B97F4A7C15ull >> 7;
+      for (;; ++at) {
+        const void*& slot = slots[at & (capacity - 1)];
+        if (slot == nullptr) {
+          slot = key;
+          break;
+        }
+        if (slot == key) return true;
+      }
+    }
+    return false;
+  }
+
   std::string where(int64_t index) const {
     return "group " + std::to_string(group_) + " param " + std::to_string(index) + " ";
   }
@@ -489,15 +516,28 @@ class Plan {
     const at::IntArrayRef sizes = param.sizes();
     auto shape = [&sizes] { return shape_str(sizes); };  // only on errors
     DType type;
+    // torch's fused optimizers raise RuntimeError with this wording; ours is a TypeError that
+    // Python re-raises as anyaccel's OptimizerTypeRuntimeError, both.
     if (!param.device().is_cpu() || !to_dtype(param.scalar_type(), &type)) {
       throw py::type_error(where(i) + "is " + dtype_str(param.scalar_type()) + " on " +
                            param.device().str() +
-                           "; anyaccel CPU optimizers update float32, bfloat16 or float16 "
-                           "parameters on the CPU");
+                           ": anyaccel CPU optimizers require all the params to be floating point "
+                           "Tensors of supported devices and dtypes (float32, bfloat16 or float16 "
+                           "on the CPU); move the parameter to the CPU in one of those dtypes, or "
+                           "use a torch.optim optimizer for it");
+    }
+    if (!param.is_contiguous() && at::has_internal_overlap(param) == at::MemOverlap::Yes) {
+      throw std::runtime_error(
+          where(i) + "of shape " + shape() + " and strides " + shape_str(param.strides()) +
+          " is an expanded view (a stride of 0): unsupported operation: more than one element "
+          "of the written-to tensor refers to a single memory location. Please clone() the "
+          "tensor before performing the operation (make the parameter a tensor of its own, "
+          "e.g. nn.Parameter(t.expand(...).clone())); nothing was stepped");
     }
     if (grad.layout() != c10::kStrided) {
-      throw py::type_error(where(i) + "has a sparse gradient; anyaccel CPU optimizers take "
-                           "dense gradients (use torch.optim.SparseAdam for sparse embeddings)");
+      throw py::type_error(where(i) + "has a sparse gradient: this optimizer does not support "
+                           "sparse gradients, please consider SparseAdam instead (or CPUAdagrad, "
+                           "which steps the rows a sparse gradient touches)");
     }
     if (!grad.device().is_cpu() || !to_dtype(grad.scalar_type(), &type)) {
       throw py::type_error(where(i) + "has a gradient of " + dtype_str(grad.scalar_type()) +
@@ -684,6 +724,7 @@ class Plan {
   std::vector<Spec> specs_;
   py::object step_key_;
   PyObject* shared_key_ = nullptr;
+  bool duplicates_ = false;
   TensorKeyLookup lookup_;
   // The state-map answers of the block prefetch_block() last read (kLookUpAgain: not looked up).
   static inline PyObject* const kLookUpAgain = reinterpret_cast<PyObject*>(uintptr_t(1));
@@ -744,11 +785,12 @@ inline void run_task_range(const Task& task, int64_t begin, int64_t end, const M
   }
 }
 
-// Whether a task is a bf16 parameter and gradient with `states` fp32 states and no copy: the
-// case the optimizers' direct loops take whole (DeepSpeed's default for bf16 models).
-inline bool bf16_with_fp32_states(const Task& task, int states) {
-  if (task.param.type != DType::kBF16 || task.grad.type != DType::kBF16 ||
-      task.copy_kind != Copy::kNone) {
+// Whether a task is a `type` (bf16 or fp16) parameter and gradient with `states` fp32 states
+// and no copy: the case the optimizers' one-pass loops take whole (DeepSpeed's default for
+// low-precision models). fp16 needs F16C (kFp16OnePass); without it, fp16 takes chunk buffers.
+inline bool one_pass(const Task& task, int states, DType type) {
+  if (type == DType::kF16 && !kFp16OnePass) return false;
+  if (task.param.type != type || task.grad.type != type || task.copy_kind != Copy::kNone) {
     return false;
   }
   for (int k = 0; k < states; ++k) {
@@ -837,7 +879,9 @@ inline void step_group(Plan& plan, int threads, const Scalars& per_task, const M
 // Binds the Plan type and prepare() into an optimizer's module.
 inline void bind_plan(py::module_& m) {
   py::class_<Plan>(m, "Plan", py::module_local())
-      .def("__len__", &Plan::size, "How many parameters (with a gradient) the plan steps.");
+      .def("__len__", &Plan::size, "How many parameters (with a gradient) the plan steps.")
+      .def_property_readonly("duplicates", &Plan::duplicates,
+                             "Whether a parameter appears twice: step the group in rounds.");
   m.def(
       "prepare",
       [](py::list params, py::dict state, py::object shared_key, py::object copies,
@@ -864,6 +908,15 @@ inline void bind_plan(py::module_& m) {
       "Indices of the parameters in `params` whose gradient is a sparse COO tensor.",
       py::arg("params"));
   m.def("simd_level", &simd_level, "The vector instruction set compiled in.");
+  m.def(
+      "one_pass_dtypes",
+      [] {
+        py::list dtypes;
+        dtypes.append("bfloat16");
+        if (kFp16OnePass) dtypes.append("float16");
+        return dtypes;
+      },
+      "The low-precision parameter dtypes stepped in one pass (with fp32 states, no copy).");
 }
 
 }  // namespace anyaccel

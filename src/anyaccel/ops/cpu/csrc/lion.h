@@ -37,12 +37,25 @@ void lion_math_bf16(uint16_t* __restrict p, const uint16_t* __restrict g, float*
   }
 }
 
-// Takes a task range whole when lion_math_bf16 fits it (no copy to write).
-bool lion_direct(const Task& task, int64_t begin, int64_t end, const LionScalars& a) {
-  if (!bf16_with_fp32_states(task, 1)) return false;
-  lion_math_bf16(static_cast<uint16_t*>(task.param.data) + begin,
-                 static_cast<const uint16_t*>(task.grad.data) + begin,
-                 static_cast<float*>(task.states[0].data) + begin, end - begin, a);
+// Takes a task range whole when a one-pass loop fits it (bf16 or fp16 parameter and gradient,
+// an fp32 momentum, no copy to write); false sends it through the chunked path.
+inline bool lion_direct(const Task& task, int64_t begin, int64_t end, const LionScalars& a) {
+  float* __restrict m = static_cast<float*>(task.states[0].data) + begin;
+  if (one_pass(task, 1, DType::kBF16)) {
+    lion_math_bf16(static_cast<uint16_t*>(task.param.data) + begin,
+                   static_cast<const uint16_t*>(task.grad.data) + begin, m, end - begin, a);
+    return true;
+  }
+  if (!one_pass(task, 1, DType::kF16)) return false;
+  fp16_one_pass(static_cast<uint16_t*>(task.param.data) + begin,
+                static_cast<const uint16_t*>(task.grad.data) + begin, end - begin,
+                [&](int64_t i, float grad, float value) {
+                  const float gi = grad * a.grad_sign;
+                  const float blend = a.beta1 * m[i] + a.one_minus_beta1 * gi;
+                  const float out = value * a.decay_factor - a.lr * nan_sign(blend);
+                  m[i] = a.beta2 * m[i] + a.one_minus_beta2 * gi;
+                  return out;
+                });
   return true;
 }
 

@@ -52,7 +52,7 @@
 #define ANYACCEL_RELAX() asm volatile("" ::: "memory")
 #endif
 
-#include "cpu_optim.h"
+#include "simd.h"
 
 namespace py = pybind11;
 

@@ -1,7 +1,9 @@
-// Shared pieces of anyaccel's CPU optimizer kernels: chunked OpenMP loops and the
-// fp32 -> bf16/fp16 conversions that write a low-precision parameter copy in the same pass.
+// The host kernels' shared SIMD level and conversions: fp32 <-> bf16/fp16 (scalar, AVX2+F16C
+// and AVX-512), streaming copies, and the chunk sizes of the CPU optimizers' loops. Used by the
+// CPU optimizers (group_step.h) and the shared-memory collectives (shm_comm.cpp).
 //
-// The per-group plumbing (tensors, validation, parallel split) is in group_step.h.
+// The per-group plumbing of the optimizers (tensors, validation, parallel split) is in
+// group_step.h.
 #pragma once
 
 #include <algorithm>
@@ -207,6 +209,51 @@ inline void fp16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   }
 #endif
   for (; i < n; ++i) dst[i] = fp16_to_float(src[i]);
+}
+
+#if defined(__F16C__)
+// Whether the fp16 one-pass loops are compiled in (F16C converts 8 halves per instruction).
+constexpr bool kFp16OnePass = true;
+#else
+constexpr bool kFp16OnePass = false;  // fp16 parameters take the chunked path
+#endif
+
+// One pass over an fp16 parameter and gradient: p[i] = element(i, g[i], p[i]) computed in fp32,
+// one vector of elements at a time widened and rounded back (to nearest even) with F16C, so
+// nothing goes through a chunk buffer in memory. Bit-identical to widening, updating and
+// narrowing through buffers (the conversions are exact and round alike; the math is the same
+// code). The block is one register wide (16 with AVX-512, else 8), so its stores and loads
+// forward from the store buffer.
+template <typename Element>
+inline void fp16_one_pass(uint16_t* __restrict p, const uint16_t* __restrict g, int64_t n,
+                          const Element& element) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  constexpr int kBlock = 16;
+  for (; i + kBlock <= n; i += kBlock) {
+    alignas(64) float value[kBlock];
+    alignas(64) float grad[kBlock];
+    _mm512_store_ps(value, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i))));
+    _mm512_store_ps(grad, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + i))));
+#pragma omp simd
+    for (int k = 0; k < kBlock; ++k) value[k] = element(i + k, grad[k], value[k]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + i),
+                        _mm512_cvtps_ph(_mm512_load_ps(value), _MM_FROUND_TO_NEAREST_INT));
+  }
+#elif defined(__F16C__)
+  constexpr int kBlock = 8;
+  for (; i + kBlock <= n; i += kBlock) {
+    alignas(32) float value[kBlock];
+    alignas(32) float grad[kBlock];
+    _mm256_store_ps(value, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i))));
+    _mm256_store_ps(grad, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + i))));
+#pragma omp simd
+    for (int k = 0; k < kBlock; ++k) value[k] = element(i + k, grad[k], value[k]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p + i),
+                     _mm256_cvtps_ph(_mm256_load_ps(value), _MM_FROUND_TO_NEAREST_INT));
+  }
+#endif
+  for (; i < n; ++i) p[i] = float_to_fp16(element(i, fp16_to_float(g[i]), fp16_to_float(p[i])));
 }
 
 // torch.maximum's rule: NaN if either is NaN, else the larger.
