@@ -226,6 +226,35 @@ def test_explain_shows_both_frameworks_miss_the_device_and_their_limits(
     assert "never places weights on 'supa'" in limits['device_map="auto"']
 
 
+_MPS_HOST = """
+import os, warnings
+from anyaccel.backends.cpu import CpuAccelerator
+from anyaccel.integrations import accelerate as integration
+from anyaccel.testing.simulated import simulate_mps
+with simulate_mps(), warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    installation = integration.install(CpuAccelerator())
+print([str(w.message) for w in caught if w.category is integration.TransformersDeviceWarning])
+print(installation.device, os.environ["ACCELERATE_USE_CPU"])
+"""
+
+
+def test_install_warns_when_transformers_would_still_pick_another_device() -> None:
+    """anyaccel on the CPU of a (simulated) Mac: transformers' own chain picks mps first."""
+    pytest.importorskip("transformers", reason=_NO_TRANSFORMERS)
+    done = subprocess.run(
+        [sys.executable, "-c", _MPS_HOST],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    shown, installed = done.stdout.strip().splitlines()[-2:]
+    assert "will still pick 'mps:0'" in shown and "TrainingArguments(use_cpu=True)" in shown
+    assert installed == "cpu true"  # the warning does not undo the install
+
+
 # ---------------------------------------------------------------------- in this process
 @pytest.fixture
 def clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
@@ -345,20 +374,25 @@ def test_a_version_outside_the_supported_range_is_refused(
 
 
 # ---------------------------------------------------------------------- anyaccel report
+_REPORT = """
+from anyaccel.cli import main
+main(["report", "--json"])
+print("=" * 20, "text")
+main(["report"])
+"""
+
+
 def test_report_has_an_accelerate_section_in_json_and_text() -> None:
-    env = _env(DS_ACCELERATOR="cpu", LOCAL_RANK="0", WORLD_SIZE="2")
-    runs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "anyaccel", "report", *flags],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-        )
-        for flags in (["--json"], [])
-    ]
-    as_json, as_text = (_finish(run, "anyaccel report") for run in runs)
-    section = json.loads(as_json[as_json.index("{") :])["accelerate"]
+    done = subprocess.run(
+        [sys.executable, "-c", _REPORT],
+        env=_env(DS_ACCELERATOR="cpu", LOCAL_RANK="0", WORLD_SIZE="2"),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    as_json, _, as_text = done.stdout.partition("=" * 20 + " text")
+    section = json.loads(as_json)["accelerate"]
     assert section["installed"] is True
     assert section["accelerate"]["distributed_type"] == "NO"
     assert section["after_install"]["distributed_type"] == "MULTI_CPU"
