@@ -34,6 +34,7 @@ from .conftest import ANYACCEL_SRC
 HERE = Path(__file__).parent
 CHILD = HERE / "accelerate_child.py"
 SIMULATED = HERE / "accelerate_simulated.py"
+KNOWN_DEVICES = HERE / "accelerate_known_devices.py"
 TIMEOUT = 300  # generous: a loaded 2-core box; each job takes well under a minute
 _HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 _NO_TRANSFORMERS = "transformers is not installed (pip install 'anyaccel[transformers]')"
@@ -226,33 +227,50 @@ def test_explain_shows_both_frameworks_miss_the_device_and_their_limits(
     assert "never places weights on 'supa'" in limits['device_map="auto"']
 
 
-_MPS_HOST = """
-import os, warnings
-from anyaccel.backends.cpu import CpuAccelerator
-from anyaccel.integrations import accelerate as integration
-from anyaccel.testing.simulated import simulate_mps
-with simulate_mps(), warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    installation = integration.install(CpuAccelerator())
-print([str(w.message) for w in caught if w.category is integration.TransformersDeviceWarning])
-print(installation.device, os.environ["ACCELERATE_USE_CPU"])
-"""
-
-
-def test_install_warns_when_transformers_would_still_pick_another_device() -> None:
-    """anyaccel on the CPU of a (simulated) Mac: transformers' own chain picks mps first."""
+@pytest.fixture(scope="module")
+def known_devices() -> dict[str, Any]:
+    """The simulated MPS + NPU + CUDA scenarios, run once in a fresh process."""
     pytest.importorskip("transformers", reason=_NO_TRANSFORMERS)
-    done = subprocess.run(
-        [sys.executable, "-c", _MPS_HOST],
-        env=_env(),
-        capture_output=True,
+    process = subprocess.Popen(
+        [sys.executable, str(KNOWN_DEVICES)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=TIMEOUT,
+        env=_env(),
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    shown, installed = done.stdout.strip().splitlines()[-2:]
+    output = _finish(process, "the simulated known-devices run")
+    result: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
+    return result
+
+
+def test_install_warns_when_transformers_would_still_pick_another_device(
+    known_devices: dict[str, Any],
+) -> None:
+    """anyaccel on the CPU of a (simulated) Mac: transformers' own chain picks mps first."""
+    [shown] = known_devices["warnings"]
     assert "will still pick 'mps:0'" in shown and "TrainingArguments(use_cpu=True)" in shown
-    assert installed == "cpu true"  # the warning does not undo the install
+    # the warning does not undo the install
+    assert known_devices["cpu_on_a_mac"]["environment"] == {"ACCELERATE_USE_CPU": "true"}
+
+
+def test_two_processes_on_a_device_accelerate_picks_itself_need_no_lever(
+    known_devices: dict[str, Any],
+) -> None:
+    assert known_devices["npu_two_processes"] == {
+        "device": "npu",
+        "distributed_type": "MULTI_NPU",
+        "backend": "hccl",
+        "environment": {},
+    }
+
+
+def test_two_processes_on_a_device_accelerates_chain_passes_over_are_refused(
+    known_devices: dict[str, Any],
+) -> None:
+    refusal = known_devices["cuda_two_processes"]
+    assert "would run it as DistributedType.MULTI_NPU on 'npu'" in refusal["error"]
+    assert "DS_ACCELERATOR=npu" in refusal["error"]
+    assert refusal["installed"] is False
 
 
 # ---------------------------------------------------------------------- in this process

@@ -343,14 +343,18 @@ def _plan(accelerator: Accelerator, environ: Mapping[str, str], device: str) -> 
         )
     own = _accelerate_choice(environ, cpu=_flag(environ.get(_USE_CPU)))
     if own.distributed_type != wanted:
+        launcher = (
+            ""
+            if environ.get("LOCAL_RANK", "-1") != "-1"
+            else "launch with torchrun or accelerate launch (they set LOCAL_RANK), "
+        )
         raise NoDistributedTypeError(
             f"this is a {world}-process job on anyaccel's {device_type!r} device, but accelerate "
             f"would run it as DistributedType.{own.distributed_type} on {own.device!r} "
             f"(backend {own.backend}): accelerate has {wanted}, yet its device chain does not "
             f"reach {device_type!r} here and it has no setting to choose a device for a "
-            f"multi-process job. Launch with torchrun (it sets LOCAL_RANK), make "
-            f"{device_type!r} the only device family visible, or set "
-            f"DS_ACCELERATOR={own.device} so that anyaccel agrees."
+            f"multi-process job. To fix it, {launcher}make {device_type!r} the only device "
+            f"family visible, or set DS_ACCELERATOR={own.device} so that anyaccel agrees."
         )
     return _Plan(device, {}, False, own)
 
