@@ -311,6 +311,16 @@ def test_uninstall_puts_back_a_value_the_user_had(
     assert os.environ["ACCELERATE_USE_CPU"] == "no"
 
 
+def test_an_accelerate_torch_device_naming_another_device_is_refused(
+    clean: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "cuda:1")
+    with pytest.raises(integration.AccelerateStateConflictError, match="ACCELERATE_TORCH_DEVICE"):
+        integration.install(CpuAccelerator())
+    assert integration.installed() is None and "ACCELERATE_USE_CPU" not in os.environ
+    assert os.environ["ACCELERATE_TORCH_DEVICE"] == "cuda:1"
+
+
 def test_explain_under_torchrun_shows_accelerate_alone_runs_one_process(
     clean: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

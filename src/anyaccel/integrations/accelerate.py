@@ -323,9 +323,15 @@ def _plan(accelerator: Accelerator, environ: Mapping[str, str], device: str) -> 
     world = launched_world_size(environ)
     distributed_type = importlib.import_module("accelerate.utils").DistributedType
     multi_types = _multi_device_types(distributed_type)
+    user_device = environ.get(_TORCH_DEVICE)
+    if user_device and _device_type(user_device) != device_type:
+        raise AccelerateStateConflictError(
+            f"{_TORCH_DEVICE}={user_device} is set, but anyaccel's device is {device!r}: "
+            f"accelerate would follow the variable. Unset {_TORCH_DEVICE}, or set "
+            f"DS_ACCELERATOR={_device_type(user_device)} so that anyaccel agrees."
+        )
     if device_type == "cpu":
         env = {**environ, _USE_CPU: "true"}
-        env.pop(_TORCH_DEVICE, None)
         expected = _accelerate_choice(env, cpu=True)
         return _Plan("cpu", {_USE_CPU: "true"}, True, expected)
     if not launched:
