@@ -22,7 +22,7 @@ from accelerate.state import AcceleratorState, PartialState  # noqa: E402
 from transformers import TrainingArguments  # noqa: E402
 
 from anyaccel.integrations import accelerate as integration  # noqa: E402
-from anyaccel.testing.simulated import simulate_supa  # noqa: E402
+from anyaccel.testing.simulated import simulate_cpu_only_torch, simulate_supa  # noqa: E402
 
 ORIGINAL_INIT = PartialState.__init__
 
@@ -47,7 +47,8 @@ def _refusal(error: Exception) -> dict[str, Any]:
 
 def main() -> None:
     result: dict[str, Any] = {}
-    with simulate_supa(device_count=2, cuda_compat=False):
+    # a CPU-only torch (whatever build runs this) with two Biren GPUs
+    with simulate_cpu_only_torch(), simulate_supa(device_count=2, cuda_compat=False):
         result["stock_training_arguments_device"] = str(_arguments().device)
 
         # accelerate's state built before install(), on the CPU

@@ -41,10 +41,11 @@ _NO_TRANSFORMERS = "transformers is not installed (pip install 'anyaccel[transfo
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": ANYACCEL_SRC, "OMP_NUM_THREADS": "1", **extra}
-    for name in ("DS_ACCELERATOR", "ACCELERATE_USE_CPU", "ACCELERATE_TORCH_DEVICE"):
+    """This process's environment without the variables under test, plus ``extra``."""
+    env = {**os.environ, "PYTHONPATH": ANYACCEL_SRC, "OMP_NUM_THREADS": "1"}
+    for name in ("DS_ACCELERATOR", "ACCELERATE_USE_CPU", "ACCELERATE_TORCH_DEVICE", "LOCAL_RANK"):
         env.pop(name, None)
-    return env
+    return {**env, **extra}
 
 
 def _free_port() -> int:
@@ -65,88 +66,123 @@ def _finish(process: subprocess.Popen[str], what: str) -> str:
     return output
 
 
+_REPORT = """
+import warnings
+warnings.simplefilter("ignore")
+from anyaccel.cli import main
+main(["report", "--json"])
+print("=" * 20, "text")
+main(["report"])
+"""
+
+
 @pytest.fixture(scope="module")
-def torchrun_jobs(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, tuple[subprocess.Popen[str], Path]]]:
-    """The torchrun jobs, all started at once so their imports overlap, and their folders."""
-    modes = ["ops", "script"] + (["trainer"] if _HAS_TRANSFORMERS else [])
-    jobs = {}
-    for mode in modes:
-        out_dir = tmp_path_factory.mktemp(f"accelerate_{mode}")
-        command = [
-            sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-            "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-            str(CHILD), mode, str(out_dir),
-        ]  # fmt: skip
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:
+    """Every subprocess this module checks, all started at once so that they overlap."""
+    torchrun = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+        "--master-addr", "127.0.0.1",
+    ]  # fmt: skip
+    cpu = _env(DS_ACCELERATOR="cpu")
+    commands: dict[str, tuple[list[str], dict[str, str]]] = {
+        "scripts": ([*torchrun, "--master-port", str(_free_port()), str(CHILD), "scripts"], cpu),
+        "report": (
+            [sys.executable, "-c", _REPORT],
+            _env(DS_ACCELERATOR="cpu", LOCAL_RANK="0", WORLD_SIZE="2"),
+        ),
+    }
+    if _HAS_TRANSFORMERS:
+        trainer = [*torchrun, "--master-port", str(_free_port()), str(CHILD), "trainer"]
+        commands["trainer"] = (trainer, cpu)
+        commands["simulated"] = ([sys.executable, str(SIMULATED)], _env())
+        commands["known_devices"] = ([sys.executable, str(KNOWN_DEVICES)], _env())
+    started: Jobs = {}
+    for name, (command, env) in commands.items():
+        out_dir = tmp_path_factory.mktemp(f"accelerate_{name}")
+        if command[-1] in ("scripts", "trainer"):
+            command = [*command, str(out_dir)]
         process = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=_env(DS_ACCELERATOR="cpu"),
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
-        jobs[mode] = (process, out_dir)
-    yield jobs
-    for process, _ in jobs.values():
+        started[name] = (process, out_dir)
+    yield started
+    for process, _ in started.values():
         if process.poll() is None:
             process.kill()
             process.communicate()
 
 
 Jobs = dict[str, tuple[subprocess.Popen[str], Path]]
-_finished: set[str] = set()
+_outputs: dict[str, str] = {}
 
 
-def _job(jobs: Jobs, mode: str) -> list[tuple[str, dict[str, Any]]]:
+def _output(jobs: Jobs, name: str) -> str:
+    """What the job printed, once it ended successfully."""
+    if name not in jobs:
+        pytest.skip(_NO_TRANSFORMERS)
+    if name not in _outputs:
+        _outputs[name] = _finish(jobs[name][0], f"the {name} job")
+    return _outputs[name]
+
+
+def _last_json(jobs: Jobs, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(_output(jobs, name).strip().splitlines()[-1])
+    return result
+
+
+def _ranks(jobs: Jobs, name: str) -> list[tuple[str, dict[str, Any]]]:
     """Each rank's own output and its result line, in rank order."""
-    process, out_dir = jobs[mode]
-    if mode not in _finished:
-        _finish(process, f"torchrun {mode}")
-        _finished.add(mode)
+    _output(jobs, name)
     ranks = []
     for rank in (0, 1):
-        output = (out_dir / f"rank{rank}.log").read_text()
+        output = (jobs[name][1] / f"rank{rank}.log").read_text()
         results = [line for line in output.splitlines() if line.startswith("RESULT ")]
         assert len(results) == 1, f"rank {rank} printed no result:\n{output[-4000:]}"
         ranks.append((output, json.loads(results[0].removeprefix("RESULT "))))
     return ranks
 
 
-def _assert_two_multi_cpu_ranks(ranks: list[tuple[str, dict[str, Any]]]) -> None:
-    assert [result["process_index"] for _, result in ranks] == [0, 1]
-    for _, result in ranks:
-        assert result["distributed_type"] == "MULTI_CPU", result
-        assert result["num_processes"] == 2, result
-        assert result["backend"] == "gloo", result
-        assert result["installed_distributed_type"] == "MULTI_CPU", result
+def _assert_two_multi_cpu_ranks(states: list[dict[str, Any]]) -> None:
+    assert [state["process_index"] for state in states] == [0, 1]
+    for state in states:
+        assert state["distributed_type"] == "MULTI_CPU", state
+        assert state["num_processes"] == 2, state
+        assert state["backend"] == "gloo", state
 
 
-def test_accelerates_test_ops_pass_on_two_multi_cpu_ranks(torchrun_jobs: Jobs) -> None:
-    ranks = _job(torchrun_jobs, "ops")
-    _assert_two_multi_cpu_ranks(ranks)
+@pytest.mark.slow
+def test_accelerates_test_ops_pass_on_two_multi_cpu_ranks(jobs: Jobs) -> None:
+    ranks = _ranks(jobs, "scripts")
+    _assert_two_multi_cpu_ranks([result["test_ops"] for _, result in ranks])
+    for output, result in ranks:
+        assert "=== test_ops passed" in output
+        assert result["installed_distributed_type"] == "MULTI_CPU"
     main_output = ranks[0][0]  # test_ops prints its progress on the main process only
     assert "testing gather" in main_output and "testing reduce_sum" in main_output
 
 
-def test_accelerates_test_script_passes_on_two_multi_cpu_ranks(torchrun_jobs: Jobs) -> None:
-    ranks = _job(torchrun_jobs, "script")
-    _assert_two_multi_cpu_ranks(ranks)
+@pytest.mark.slow
+def test_accelerates_test_script_passes_on_two_multi_cpu_ranks(jobs: Jobs) -> None:
+    ranks = _ranks(jobs, "scripts")
+    _assert_two_multi_cpu_ranks([result["test_script"] for _, result in ranks])
     for rank, (output, _) in enumerate(ranks):
+        assert "=== test_script passed" in output
         # the script prints its AcceleratorState on every rank
         assert (
             "Distributed environment: DistributedType.MULTI_CPU  Backend: gloo\n"
             f"Num processes: 2\nProcess index: {rank}\n"
-        ) in output
+        ) in output.partition("=== test_ops passed")[2]
     assert "**Training integration test**" in ranks[0][0]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _HAS_TRANSFORMERS, reason=_NO_TRANSFORMERS)
-def test_trainer_trains_one_model_on_two_ranks(torchrun_jobs: Jobs) -> None:
-    ranks = _job(torchrun_jobs, "trainer")
-    _assert_two_multi_cpu_ranks(ranks)
+def test_trainer_trains_one_model_on_two_ranks(jobs: Jobs) -> None:
+    ranks = _ranks(jobs, "trainer")
     results = [result for _, result in ranks]
+    _assert_two_multi_cpu_ranks(results)
     for result in results:
+        assert result["installed_distributed_type"] == "MULTI_CPU", result
         assert result["world_size"] == 2, result
         assert result["parallel_mode"] == "ParallelMode.DISTRIBUTED", result
         assert result["batches_per_epoch"] == 4, result  # 32 samples, batch 4, over 2 ranks
@@ -155,22 +191,13 @@ def test_trainer_trains_one_model_on_two_ranks(torchrun_jobs: Jobs) -> None:
 
 
 # ---------------------------------------------------------------------- a device neither knows
-@pytest.fixture(scope="module")
-def simulated() -> dict[str, Any]:
-    """The simulated-supa scenarios, run once in a fresh process."""
-    pytest.importorskip("transformers", reason=_NO_TRANSFORMERS)
-    process = subprocess.Popen(
-        [sys.executable, str(SIMULATED)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=_env(),
-    )
-    output = _finish(process, "the simulated supa run")
-    result: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
-    return result
+@pytest.fixture
+def simulated(jobs: Jobs) -> dict[str, Any]:
+    """The simulated-supa scenarios (a fresh process)."""
+    return _last_json(jobs, "simulated")
 
 
+@pytest.mark.slow
 def test_training_arguments_device_is_the_simulated_device_after_install(
     simulated: dict[str, Any],
 ) -> None:
@@ -192,6 +219,7 @@ _UNTOUCHED = {
 }
 
 
+@pytest.mark.slow
 def test_install_after_accelerate_state_exists_is_refused_and_changes_nothing(
     simulated: dict[str, Any],
 ) -> None:
@@ -202,6 +230,7 @@ def test_install_after_accelerate_state_exists_is_refused_and_changes_nothing(
     assert {key: refusal[key] for key in _UNTOUCHED} == _UNTOUCHED
 
 
+@pytest.mark.slow
 def test_multi_process_on_a_device_without_distributed_type_is_refused(
     simulated: dict[str, Any],
 ) -> None:
@@ -212,6 +241,7 @@ def test_multi_process_on_a_device_without_distributed_type_is_refused(
     assert {key: refusal[key] for key in _UNTOUCHED} == _UNTOUCHED
 
 
+@pytest.mark.slow
 def test_explain_shows_both_frameworks_miss_the_device_and_their_limits(
     simulated: dict[str, Any],
 ) -> None:
@@ -227,22 +257,13 @@ def test_explain_shows_both_frameworks_miss_the_device_and_their_limits(
     assert "never places weights on 'supa'" in limits['device_map="auto"']
 
 
-@pytest.fixture(scope="module")
-def known_devices() -> dict[str, Any]:
-    """The simulated MPS + NPU + CUDA scenarios, run once in a fresh process."""
-    pytest.importorskip("transformers", reason=_NO_TRANSFORMERS)
-    process = subprocess.Popen(
-        [sys.executable, str(KNOWN_DEVICES)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=_env(),
-    )
-    output = _finish(process, "the simulated known-devices run")
-    result: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
-    return result
+@pytest.fixture
+def known_devices(jobs: Jobs) -> dict[str, Any]:
+    """The simulated MPS + NPU + CUDA scenarios (a fresh process)."""
+    return _last_json(jobs, "known_devices")
 
 
+@pytest.mark.slow
 def test_install_warns_when_transformers_would_still_pick_another_device(
     known_devices: dict[str, Any],
 ) -> None:
@@ -253,6 +274,7 @@ def test_install_warns_when_transformers_would_still_pick_another_device(
     assert known_devices["cpu_on_a_mac"]["environment"] == {"ACCELERATE_USE_CPU": "true"}
 
 
+@pytest.mark.slow
 def test_two_processes_on_a_device_accelerate_picks_itself_need_no_lever(
     known_devices: dict[str, Any],
 ) -> None:
@@ -264,6 +286,7 @@ def test_two_processes_on_a_device_accelerate_picks_itself_need_no_lever(
     }
 
 
+@pytest.mark.slow
 def test_two_processes_on_a_device_accelerates_chain_passes_over_are_refused(
     known_devices: dict[str, Any],
 ) -> None:
@@ -402,25 +425,10 @@ def test_a_version_outside_the_supported_range_is_refused(
 
 
 # ---------------------------------------------------------------------- anyaccel report
-_REPORT = """
-from anyaccel.cli import main
-main(["report", "--json"])
-print("=" * 20, "text")
-main(["report"])
-"""
-
-
-def test_report_has_an_accelerate_section_in_json_and_text() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _REPORT],
-        env=_env(DS_ACCELERATOR="cpu", LOCAL_RANK="0", WORLD_SIZE="2"),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    as_json, _, as_text = done.stdout.partition("=" * 20 + " text")
-    section = json.loads(as_json)["accelerate"]
+@pytest.mark.slow
+def test_report_has_an_accelerate_section_in_json_and_text(jobs: Jobs) -> None:
+    as_json, _, as_text = _output(jobs, "report").partition("=" * 20 + " text")
+    section = json.loads(as_json[as_json.index("{") :])["accelerate"]
     assert section["installed"] is True
     assert section["accelerate"]["distributed_type"] == "NO"
     assert section["after_install"]["distributed_type"] == "MULTI_CPU"
