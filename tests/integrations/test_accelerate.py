@@ -28,6 +28,7 @@ from accelerate.state import AcceleratorState, PartialState
 
 from anyaccel.backends.cpu import CpuAccelerator
 from anyaccel.integrations import accelerate as integration
+from anyaccel.testing.simulated import simulate_cpu_only_torch
 
 from .conftest import ANYACCEL_SRC
 
@@ -349,7 +350,8 @@ def test_explain_under_torchrun_shows_accelerate_alone_runs_one_process(
 ) -> None:
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    explanation = integration.explain(CpuAccelerator())
+    with simulate_cpu_only_torch():  # on a GPU host accelerate alone would pick MULTI_GPU
+        explanation = integration.explain(CpuAccelerator())
     assert explanation.world_size == 2
     assert explanation.accelerate is not None and explanation.after_install is not None
     assert (explanation.accelerate.distributed_type, explanation.accelerate.num_processes) == (
@@ -430,7 +432,10 @@ def test_report_has_an_accelerate_section_in_json_and_text(jobs: Jobs) -> None:
     as_json, _, as_text = _output(jobs, "report").partition("=" * 20 + " text")
     section = json.loads(as_json[as_json.index("{") :])["accelerate"]
     assert section["installed"] is True
-    assert section["accelerate"]["distributed_type"] == "NO"
+    import torch
+
+    alone = "MULTI_GPU" if torch.cuda.is_available() else "NO"  # accelerate without install()
+    assert section["accelerate"]["distributed_type"] == alone
     assert section["after_install"]["distributed_type"] == "MULTI_CPU"
     assert "accelerate / transformers" in as_text
     assert "accelerate after install()" in as_text and "MULTI_CPU" in as_text
