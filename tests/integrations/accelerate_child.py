@@ -1,6 +1,6 @@
 """One rank of an accelerate / transformers job after ``install()``; prints one result line.
 
-Run under ``torchrun --nproc-per-node 2`` with a mode and a folder. ``scripts`` runs
+Run under ``torchrun --nproc-per-node 2`` with a mode and a folder. ``ops`` and ``script`` run
 accelerate's own shipped test scripts (``accelerate.test_utils.scripts``); ``trainer`` trains
 a tiny GPT-2 built from a config (no download) with the transformers ``Trainer``. Each rank
 writes what it prints to ``rank<N>.log`` in the folder; the last line, prefixed ``RESULT``, is
@@ -32,18 +32,17 @@ def _state() -> dict[str, Any]:
     }
 
 
-def _run_scripts() -> dict[str, Any]:
-    """accelerate's test_ops.main(), then test_script.main(), each on a state of its own."""
-    from accelerate.state import AcceleratorState
+def _run_script(name: str) -> dict[str, Any]:
+    """accelerate's ``test_ops.main()`` or ``test_script.main()``, then the state it ran on.
+
+    One script per job: both end by destroying the process group, and a second
+    ``init_process_group`` in the same torchrun job can hang on torchrun's store.
+    """
     from accelerate.test_utils.scripts import test_ops, test_script
 
-    test_ops.main()  # ends by destroying the process group
-    print("=== test_ops passed", flush=True)
-    after_ops = _state()
-    AcceleratorState._reset_state(reset_partial_state=True)
-    test_script.main()
-    print("=== test_script passed", flush=True)
-    return {"test_ops": after_ops, "test_script": _state()}
+    (test_ops if name == "ops" else test_script).main()
+    print(f"=== {name} passed", flush=True)
+    return {name: _state()}
 
 
 def _train() -> dict[str, Any]:
@@ -99,7 +98,7 @@ def main() -> None:
     from anyaccel.integrations import accelerate as integration
 
     installation = integration.install()
-    result = _train() if mode == "trainer" else _run_scripts()
+    result = _train() if mode == "trainer" else _run_script(mode)
     result["rank"] = rank
     result["installed_distributed_type"] = installation.distributed_type
     print("RESULT " + json.dumps(result), flush=True)
