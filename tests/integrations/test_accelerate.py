@@ -38,6 +38,8 @@ KNOWN_DEVICES = HERE / "accelerate_known_devices.py"
 TIMEOUT = 300  # generous: a loaded 2-core box; each job takes well under a minute
 _HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 _NO_TRANSFORMERS = "transformers is not installed (pip install 'anyaccel[transformers]')"
+#: A started subprocess and its folder, by name.
+Jobs = dict[str, tuple[subprocess.Popen[str], Path]]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -104,7 +106,6 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:
             process.communicate()
 
 
-Jobs = dict[str, tuple[subprocess.Popen[str], Path]]
 _outputs: dict[str, str] = {}
 
 
