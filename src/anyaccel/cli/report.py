@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     environment = environment_report(accelerator, devices=args.devices)
+    frameworks = _framework_sections(accelerator)
     if args.json:
         data = {
             "schema_version": SCHEMA_VERSION,
@@ -119,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
             "accelerator": {key: _json_value(value) for key, value in summary.items()},
             "warnings": shown_warnings,
             "environment": environment,
+            **{name: section for name, (section, _) in frameworks.items()},
         }
         print(json.dumps(data, indent=2, default=str))
         return 0
@@ -138,4 +140,15 @@ def run(args: argparse.Namespace) -> int:
     print(summary_text)
     print()
     print(format_environment(environment))
+    for _, text in frameworks.values():
+        print()
+        print(text)
     return 0
+
+
+def _framework_sections(accelerator: Any) -> dict[str, tuple[dict[str, Any], str]]:
+    """Sections the framework integrations add: name -> (data for --json, text)."""
+    from anyaccel.integrations import accelerate
+
+    section = accelerate.report_section(accelerator)
+    return {"accelerate": (section, accelerate.format_report_section(section))}

@@ -1,0 +1,434 @@
+"""HF accelerate and the transformers Trainer run on anyaccel's device after ``install()``.
+
+The multi-process checks are real ``torchrun --nproc-per-node 2`` jobs on the CPU backend
+(gloo), started together and asserted from each rank's own output: accelerate's shipped test
+scripts, and a transformers ``Trainer`` on a tiny GPT-2 built from a config. A device neither
+framework knows is a simulated Biren ``supa`` (PrivateUse1), in a fresh process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip(
+    "accelerate", reason="accelerate is not installed (pip install 'anyaccel[accelerate]')"
+)
+
+from accelerate.state import AcceleratorState, PartialState
+
+from anyaccel.backends.cpu import CpuAccelerator
+from anyaccel.integrations import accelerate as integration
+from anyaccel.testing.simulated import simulate_cpu_only_torch
+
+from .conftest import ANYACCEL_SRC
+
+HERE = Path(__file__).parent
+CHILD = HERE / "accelerate_child.py"
+SIMULATED = HERE / "accelerate_simulated.py"
+KNOWN_DEVICES = HERE / "accelerate_known_devices.py"
+TIMEOUT = 300  # generous: a loaded 2-core box; each job takes well under a minute
+_HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+_NO_TRANSFORMERS = "transformers is not installed (pip install 'anyaccel[transformers]')"
+#: A started subprocess and its folder, by name.
+Jobs = dict[str, tuple[subprocess.Popen[str], Path]]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """This process's environment without the variables under test, plus ``extra``."""
+    env = {**os.environ, "PYTHONPATH": ANYACCEL_SRC, "OMP_NUM_THREADS": "1"}
+    for name in ("DS_ACCELERATOR", "ACCELERATE_USE_CPU", "ACCELERATE_TORCH_DEVICE", "LOCAL_RANK"):
+        env.pop(name, None)
+    return {**env, **extra}
+
+
+def _finish(process: subprocess.Popen[str], what: str) -> str:
+    try:
+        output, _ = process.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+        pytest.fail(f"{what} timed out after {TIMEOUT} s:\n{output[-4000:]}")
+    assert process.returncode == 0, f"{what}: exit {process.returncode}\n{output[-4000:]}"
+    return output
+
+
+_REPORT = """
+import warnings
+warnings.simplefilter("ignore")
+from anyaccel.cli import main
+main(["report", "--json"])
+print("=" * 20, "text")
+main(["report"])
+"""
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:
+    """Every subprocess this module checks, all started at once so that they overlap."""
+    # --standalone: torchrun picks a free port for each job itself
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    cpu = _env(DS_ACCELERATOR="cpu")
+    commands: dict[str, tuple[list[str], dict[str, str]]] = {
+        "ops": ([*torchrun, str(CHILD), "ops"], cpu),
+        "script": ([*torchrun, str(CHILD), "script"], cpu),
+        "report": (
+            [sys.executable, "-c", _REPORT],
+            _env(DS_ACCELERATOR="cpu", LOCAL_RANK="0", WORLD_SIZE="2"),
+        ),
+    }
+    if _HAS_TRANSFORMERS:
+        trainer = [*torchrun, str(CHILD), "trainer"]
+        commands["trainer"] = (trainer, cpu)
+        commands["simulated"] = ([sys.executable, str(SIMULATED)], _env())
+        commands["known_devices"] = ([sys.executable, str(KNOWN_DEVICES)], _env())
+    started: Jobs = {}
+    for name, (command, env) in commands.items():
+        out_dir = tmp_path_factory.mktemp(f"accelerate_{name}")
+        if command[-1] in ("ops", "script", "trainer"):
+            command = [*command, str(out_dir)]
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
+        started[name] = (process, out_dir)
+    yield started
+    for process, _ in started.values():
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+_outputs: dict[str, str] = {}
+
+
+def _output(jobs: Jobs, name: str) -> str:
+    """What the job printed, once it ended successfully."""
+    if name not in jobs:
+        pytest.skip(_NO_TRANSFORMERS)
+    if name not in _outputs:
+        _outputs[name] = _finish(jobs[name][0], f"the {name} job")
+    return _outputs[name]
+
+
+def _last_json(jobs: Jobs, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(_output(jobs, name).strip().splitlines()[-1])
+    return result
+
+
+def _ranks(jobs: Jobs, name: str) -> list[tuple[str, dict[str, Any]]]:
+    """Each rank's own output and its result line, in rank order."""
+    _output(jobs, name)
+    ranks = []
+    for rank in (0, 1):
+        output = (jobs[name][1] / f"rank{rank}.log").read_text()
+        results = [line for line in output.splitlines() if line.startswith("RESULT ")]
+        assert len(results) == 1, f"rank {rank} printed no result:\n{output[-4000:]}"
+        ranks.append((output, json.loads(results[0].removeprefix("RESULT "))))
+    return ranks
+
+
+def _assert_two_multi_cpu_ranks(states: list[dict[str, Any]]) -> None:
+    assert [state["process_index"] for state in states] == [0, 1]
+    for state in states:
+        assert state["distributed_type"] == "MULTI_CPU", state
+        assert state["num_processes"] == 2, state
+        assert state["backend"] == "gloo", state
+
+
+@pytest.mark.slow
+def test_accelerates_test_ops_pass_on_two_multi_cpu_ranks(jobs: Jobs) -> None:
+    ranks = _ranks(jobs, "ops")
+    _assert_two_multi_cpu_ranks([result["ops"] for _, result in ranks])
+    for output, result in ranks:
+        assert "=== ops passed" in output
+        assert result["installed_distributed_type"] == "MULTI_CPU"
+    main_output = ranks[0][0]  # test_ops prints its progress on the main process only
+    assert "testing gather" in main_output and "testing reduce_sum" in main_output
+
+
+@pytest.mark.slow
+def test_accelerates_test_script_passes_on_two_multi_cpu_ranks(jobs: Jobs) -> None:
+    ranks = _ranks(jobs, "script")
+    _assert_two_multi_cpu_ranks([result["script"] for _, result in ranks])
+    for rank, (output, result) in enumerate(ranks):
+        assert "=== script passed" in output
+        assert result["installed_distributed_type"] == "MULTI_CPU"
+        # the script prints its AcceleratorState on every rank
+        assert (
+            "Distributed environment: DistributedType.MULTI_CPU  Backend: gloo\n"
+            f"Num processes: 2\nProcess index: {rank}\n"
+        ) in output
+    assert "**Training integration test**" in ranks[0][0]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _HAS_TRANSFORMERS, reason=_NO_TRANSFORMERS)
+def test_trainer_trains_one_model_on_two_ranks(jobs: Jobs) -> None:
+    ranks = _ranks(jobs, "trainer")
+    results = [result for _, result in ranks]
+    _assert_two_multi_cpu_ranks(results)
+    for result in results:
+        assert result["installed_distributed_type"] == "MULTI_CPU", result
+        assert result["world_size"] == 2, result
+        assert result["parallel_mode"] == "ParallelMode.DISTRIBUTED", result
+        assert result["batches_per_epoch"] == 4, result  # 32 samples, batch 4, over 2 ranks
+    assert results[0]["training_loss"] == results[1]["training_loss"]
+    assert results[0]["weights_checksum"] == results[1]["weights_checksum"]
+
+
+# ---------------------------------------------------------------------- a device neither knows
+@pytest.fixture
+def simulated(jobs: Jobs) -> dict[str, Any]:
+    """The simulated-supa scenarios (a fresh process)."""
+    return _last_json(jobs, "simulated")
+
+
+@pytest.mark.slow
+def test_training_arguments_device_is_the_simulated_device_after_install(
+    simulated: dict[str, Any],
+) -> None:
+    assert simulated["stock_training_arguments_device"] == "cpu"  # the gap install() closes
+    assert simulated["installation"] == {
+        "device": "supa:0",
+        "distributed_type": "NO",
+        "environment": {"ACCELERATE_TORCH_DEVICE": "supa:0"},
+    }
+    assert simulated["training_arguments_device"] == "supa:0"
+    assert simulated["partial_state_device"] == "supa:0"
+
+
+_UNTOUCHED = {
+    "installed": False,
+    "torch_device_env": None,
+    "use_cpu_env": None,
+    "partial_state_patched": False,
+}
+
+
+@pytest.mark.slow
+def test_install_after_accelerate_state_exists_is_refused_and_changes_nothing(
+    simulated: dict[str, Any],
+) -> None:
+    refusal = simulated["after_state"]
+    assert refusal["error"] == "AccelerateStateConflictError"
+    assert "already exists on 'cpu'" in refusal["message"]
+    assert "'supa:0'" in refusal["message"] and "before the first" in refusal["message"]
+    assert {key: refusal[key] for key in _UNTOUCHED} == _UNTOUCHED
+
+
+@pytest.mark.slow
+def test_multi_process_on_a_device_without_distributed_type_is_refused(
+    simulated: dict[str, Any],
+) -> None:
+    refusal = simulated["multi_process"]
+    assert refusal["error"] == "NoDistributedTypeError"
+    assert "no distributed type for 'supa'" in refusal["message"]
+    assert "MULTI_CPU" in refusal["message"] and "MULTI_NPU" in refusal["message"]
+    assert {key: refusal[key] for key in _UNTOUCHED} == _UNTOUCHED
+
+
+@pytest.mark.slow
+def test_explain_shows_both_frameworks_miss_the_device_and_their_limits(
+    simulated: dict[str, Any],
+) -> None:
+    explanation = simulated["explain"]
+    assert explanation["anyaccel_device"] == "supa"
+    assert explanation["accelerate"]["device"] == "cpu"
+    assert explanation["transformers"]["device"] == "cpu"
+    assert explanation["after_install"]["device"] == "supa"
+    assert explanation["transformers_after_install"]["device"] == "supa"
+    limits = explanation["limits"]
+    assert limits["fp16"].startswith("refused by accelerate on 'supa'")
+    assert limits["grad scaler device"].startswith("cuda ")
+    assert "never places weights on 'supa'" in limits['device_map="auto"']
+
+
+@pytest.fixture
+def known_devices(jobs: Jobs) -> dict[str, Any]:
+    """The simulated MPS + NPU + CUDA scenarios (a fresh process)."""
+    return _last_json(jobs, "known_devices")
+
+
+@pytest.mark.slow
+def test_install_warns_when_transformers_would_still_pick_another_device(
+    known_devices: dict[str, Any],
+) -> None:
+    """anyaccel on the CPU of a (simulated) Mac: transformers' own chain picks mps first."""
+    [shown] = known_devices["warnings"]
+    assert "will still pick 'mps:0'" in shown and "TrainingArguments(use_cpu=True)" in shown
+    # the warning does not undo the install
+    assert known_devices["cpu_on_a_mac"]["environment"] == {"ACCELERATE_USE_CPU": "true"}
+
+
+@pytest.mark.slow
+def test_two_processes_on_a_device_accelerate_picks_itself_need_no_lever(
+    known_devices: dict[str, Any],
+) -> None:
+    assert known_devices["npu_two_processes"] == {
+        "device": "npu",
+        "distributed_type": "MULTI_NPU",
+        "backend": "hccl",
+        "environment": {},
+    }
+
+
+@pytest.mark.slow
+def test_two_processes_on_a_device_accelerates_chain_passes_over_are_refused(
+    known_devices: dict[str, Any],
+) -> None:
+    refusal = known_devices["cuda_two_processes"]
+    assert "would run it as DistributedType.MULTI_NPU on 'npu'" in refusal["error"]
+    assert "DS_ACCELERATOR=npu" in refusal["error"]
+    assert refusal["installed"] is False
+
+
+# ---------------------------------------------------------------------- in this process
+@pytest.fixture
+def clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No launcher or accelerate variables, no accelerate state; undone afterwards."""
+    for name in (
+        "ACCELERATE_USE_CPU", "ACCELERATE_TORCH_DEVICE", "LOCAL_RANK", "RANK", "WORLD_SIZE",
+        "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE",
+    ):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    integration.uninstall()
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_install_on_cpu_sets_the_cpu_lever_and_uninstall_restores(clean: None) -> None:
+    original = PartialState.__init__
+    installation = integration.install(CpuAccelerator())
+    assert installation.environment == {"ACCELERATE_USE_CPU": "true"}
+    assert os.environ["ACCELERATE_USE_CPU"] == "true"
+    assert PartialState(cpu=False)._cpu is True  # a direct PartialState() follows it too
+    assert integration.install(CpuAccelerator()) is installation  # idempotent
+    AcceleratorState._reset_state(reset_partial_state=True)
+    integration.uninstall()
+    assert "ACCELERATE_USE_CPU" not in os.environ
+    assert PartialState.__init__ is original
+    assert integration.installed() is None
+
+
+def test_uninstall_puts_back_a_value_the_user_had(
+    clean: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "no")
+    integration.install(CpuAccelerator())
+    integration.uninstall()
+    assert os.environ["ACCELERATE_USE_CPU"] == "no"
+
+
+def test_an_accelerate_torch_device_naming_another_device_is_refused(
+    clean: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "cuda:1")
+    with pytest.raises(integration.AccelerateStateConflictError, match="ACCELERATE_TORCH_DEVICE"):
+        integration.install(CpuAccelerator())
+    assert integration.installed() is None and "ACCELERATE_USE_CPU" not in os.environ
+    assert os.environ["ACCELERATE_TORCH_DEVICE"] == "cuda:1"
+
+
+def test_explain_under_torchrun_shows_accelerate_alone_runs_one_process(
+    clean: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with simulate_cpu_only_torch():  # on a GPU host accelerate alone would pick MULTI_GPU
+        explanation = integration.explain(CpuAccelerator())
+    assert explanation.world_size == 2
+    assert explanation.accelerate is not None and explanation.after_install is not None
+    assert (explanation.accelerate.distributed_type, explanation.accelerate.num_processes) == (
+        "NO",
+        1,
+    )
+    after = explanation.after_install
+    assert (after.distributed_type, after.num_processes, after.backend) == ("MULTI_CPU", 2, "gloo")
+    assert "MULTI_CPU" in explanation.format()
+    assert not PartialState._shared_state  # explain() builds no state
+
+
+@pytest.mark.parametrize(
+    ("environ", "size"),
+    [({}, 1), ({"WORLD_SIZE": "4"}, 4), ({"PMI_SIZE": "3"}, 3), ({"WORLD_SIZE": "x"}, 1)],
+)
+def test_launched_world_size_reads_the_launchers_variables(
+    environ: dict[str, str], size: int
+) -> None:
+    assert integration.launched_world_size(environ) == size
+
+
+# ---------------------------------------------------------------------- not installed, versions
+def test_missing_accelerate_names_the_extra(clean: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "accelerate", None)  # what find_spec sees when absent
+    with pytest.raises(integration.AccelerateNotInstalledError, match=r"anyaccel\[accelerate\]"):
+        integration.install(CpuAccelerator())
+    assert integration.installed() is None and "ACCELERATE_USE_CPU" not in os.environ
+    section = integration.report_section(CpuAccelerator())
+    assert section["installed"] is False and "anyaccel[accelerate]" in section["note"]
+
+
+def test_missing_transformers_names_the_extra_when_required(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    assert integration.check_versions()["transformers"] is None
+    with pytest.raises(integration.AccelerateNotInstalledError, match=r"anyaccel\[transformers\]"):
+        integration.check_versions(require_transformers=True)
+
+
+@pytest.mark.parametrize(
+    ("package", "version", "supported"),
+    [
+        ("accelerate", "0.34.2", "accelerate>=1.0,<2"),
+        ("transformers", "4.40.0", "transformers>=4.46,<6"),
+    ],
+)
+def test_a_version_outside_the_supported_range_is_refused(
+    tmp_path: Path, package: str, version: str, supported: str
+) -> None:
+    """A real (if empty) distribution of the old version, first on the path."""
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    info = tmp_path / f"{package}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n")
+    code = (
+        "from anyaccel.integrations import accelerate as a\n"
+        "try:\n    a.install()\n"
+        "except a.UnsupportedVersionError as error:\n    print(error)\n"
+        "    assert a.installed() is None\n"
+        "    import os; assert 'ACCELERATE_USE_CPU' not in os.environ\n"
+        "else:\n    raise SystemExit('install() accepted ' + repr(a.check_versions()))\n"
+    )
+    env = _env(PYTHONPATH=os.pathsep.join((str(tmp_path), ANYACCEL_SRC)))
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{package} {version} is installed" in done.stdout
+    assert supported in done.stdout and f"anyaccel[{package}]" in done.stdout
+
+
+# ---------------------------------------------------------------------- anyaccel report
+@pytest.mark.slow
+def test_report_has_an_accelerate_section_in_json_and_text(jobs: Jobs) -> None:
+    as_json, _, as_text = _output(jobs, "report").partition("=" * 20 + " text")
+    section = json.loads(as_json[as_json.index("{") :])["accelerate"]
+    assert section["installed"] is True
+    import torch
+
+    alone = "MULTI_GPU" if torch.cuda.is_available() else "NO"  # accelerate without install()
+    assert section["accelerate"]["distributed_type"] == alone
+    assert section["after_install"]["distributed_type"] == "MULTI_CPU"
+    assert "accelerate / transformers" in as_text
+    assert "accelerate after install()" in as_text and "MULTI_CPU" in as_text
