@@ -191,6 +191,15 @@ class SimulatedDeviceModule(types.ModuleType):
                 object.__setattr__(self, "initialized", True)
         return value
 
+    def _generator(self, device: Any) -> torch.Generator:
+        """The device's generator; with no device, the RuntimeError the real runtime raises."""
+        if not self._count:
+            raise RuntimeError(
+                f"No {self.device_type.upper()} devices are available (the simulated runtime "
+                "has device_count=0)"
+            )
+        return self.default_generators[self._index(device)]
+
     def _index(self, device: Any = None) -> int:
         if device is None:
             return self._current
@@ -269,23 +278,25 @@ class SimulatedDeviceModule(types.ModuleType):
 
     # ------------------------------------------------------------ RNG
     def get_rng_state(self, device: Any = "cuda") -> torch.Tensor:
-        return self.default_generators[self._index(device)].get_state()
+        return self._generator(device).get_state()
 
     def set_rng_state(self, new_state: torch.Tensor, device: Any = "cuda") -> None:
-        self.default_generators[self._index(device)].set_state(new_state)
+        self._generator(device).set_state(new_state)
 
     def manual_seed(self, seed: int) -> None:
-        self.default_generators[self._current].manual_seed(int(seed))
+        if self._count:  # the real call is lazy: with no device it seeds nothing, silently
+            self._generator(None).manual_seed(int(seed))
 
     def manual_seed_all(self, seed: int) -> None:
         for generator in self.default_generators:
             generator.manual_seed(int(seed))
 
     def seed(self) -> None:
-        self.default_generators[self._current].seed()
+        if self._count:
+            self._generator(None).seed()
 
     def initial_seed(self) -> int:
-        return int(self.default_generators[self._current].initial_seed())
+        return int(self._generator(None).initial_seed())
 
     # ------------------------------------------------------------ streams
     def current_stream(self, device: Any = None) -> SimulatedStream:
