@@ -123,8 +123,29 @@ with warnings.catch_warnings(record=True) as caught:
     order = [c.name for c in registered_backends()]
     with simulate_cuda(device_count=1):
         chosen = anyaccel.get_accelerator()._name
+
+# The bring-up recipe: the board, chosen by name, trains a small model in host memory.
+import os, torch
+os.environ["DS_ACCELERATOR"] = "board"
+anyaccel.reset_accelerator()
+acc = anyaccel.get_accelerator()
+acc.manual_seed(0)
+model = torch.nn.Linear(4, 1).to(acc.device())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(64, 4, device=acc.device_name())
+y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]], device=acc.device_name())
+losses = []
+for _ in range(50):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    acc.synchronize()
+    losses.append(loss.item())
 print(json.dumps({
     "order": order, "chosen": chosen, "warnings": [str(w.message) for w in caught],
+    "trained_on": [type(acc).__name__, acc._name, acc.communication_backend_name()],
+    "losses": [losses[0], losses[-1]],
 }))
 """
 
@@ -138,6 +159,9 @@ def test_a_plugin_without_a_probe_waits_behind_the_built_in_hardware(tmp_path: P
     assert order.index("board") < order.index("cpu")
     assert out["chosen"] == "cuda"  # a GPU machine keeps its GPU
     assert any("has no probe()" in w and "'board'" in w for w in out["warnings"]), out["warnings"]
+    assert out["trained_on"] == ["Board", "board", "gloo"]
+    first, last = out["losses"]
+    assert last < first / 10, out["losses"]
 
 
 # A plugin whose accelerator reports a built-in name, set in __init__ (DeepSpeed style).

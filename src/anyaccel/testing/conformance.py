@@ -175,6 +175,28 @@ def no_device_reason(acc: Any) -> str | None:
     return None
 
 
+def _device_context_index(value: object) -> int | None:
+    """The index of a ``torch.cuda.device``-style context (DeepSpeed's MLU and SDAA accelerators
+    answer ``device()`` with one), or ``None`` for anything else."""
+    index = getattr(value, "idx", None)
+    entered = callable(getattr(value, "__enter__", None))
+    return index if entered and _is_int(index) else None
+
+
+def _is_device(value: object) -> bool:
+    return isinstance(value, torch.device) or _device_context_index(value) is not None
+
+
+def _is_deepspeed_builder(cls: object) -> bool:
+    """Whether ``cls`` is one of DeepSpeed's op builders (its ``OpBuilder`` in the bases)."""
+    return inspect.isclass(cls) and any(
+        base.__name__ == "OpBuilder"
+        and base.__module__.split(".")[-1] == "builder"
+        and "op_builder" in base.__module__
+        for base in cls.__mro__
+    )
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -249,7 +271,7 @@ _RETURN_KINDS: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = 
     (("supported_dtypes",), _is_dtype_list, "a list of dtypes"),
     (("random",), lambda v: isinstance(v, types.ModuleType), "module"),
     (("get_compile_backend",), lambda v: v is None or isinstance(v, str), "str or None"),
-    (("device",), lambda v: isinstance(v, torch.device), "torch.device"),
+    (("device",), lambda v: _is_device(v), "torch.device (or DeepSpeed's device context)"),
     (("build_extension",), inspect.isclass, "a class"),
 )
 
@@ -301,7 +323,8 @@ def check_device_strings(acc: Any) -> list[str]:
             )
         made = acc.device(index)
         found.expect(
-            isinstance(made, torch.device) and made == device,
+            (isinstance(made, torch.device) and made == device)
+            or _device_context_index(made) == index,
             f"device({index}) is {made!r}; want torch.device({name!r})",
         )
     current = acc.current_device_name()
@@ -561,7 +584,10 @@ def check_compile_backend(acc: Any) -> list[str]:
 
 
 def check_op_builders(acc: Any) -> list[str]:
-    """Op-builder lookups answer a class, an instance or ``None``; unknown names give ``None``."""
+    """Op-builder lookups answer a class, an instance or ``None``; unknown names give ``None``.
+
+    DeepSpeed's op builders count as op builders, and its ``NotImplementedBuilder`` as ``None``.
+    """
     import importlib.util
 
     from anyaccel.ops.builder import OpBuilder
@@ -579,15 +605,20 @@ def check_op_builders(acc: Any) -> list[str]:
         ok, value = found.call(
             f"{method}({bogus!r})", functools.partial(getattr(acc, method), bogus)
         )
+        # DeepSpeed's own accelerators answer an unknown name with their NotImplementedBuilder.
+        not_implemented = getattr(value, "NAME", None) == "deepspeed_not_implemented"
         if ok:
-            found.expect(value is None, f"{method}({bogus!r}) returned {_kind(value)}; want None")
+            found.expect(
+                value is None or not_implemented,
+                f"{method}({bogus!r}) returned {_kind(value)}; want None",
+            )
     for name in known_builder_names():
         ok, cls = found.call(
             f"get_op_builder({name!r})", functools.partial(acc.get_op_builder, name)
         )
         if ok and cls is not None:
             found.expect(
-                inspect.isclass(cls) and issubclass(cls, OpBuilder),
+                inspect.isclass(cls) and (issubclass(cls, OpBuilder) or _is_deepspeed_builder(cls)),
                 f"get_op_builder({name!r}) returned {_kind(cls)}; want an OpBuilder class",
             )
     return found.messages

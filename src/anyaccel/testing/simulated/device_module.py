@@ -116,6 +116,25 @@ class _HostRuntime:
         return 0 if self.registered.pop(address, None) is not None else 1
 
 
+class SimulatedDeviceContext:
+    """The ``torch.cuda.device`` context: ``idx`` is the device (-1 for ``None``, a no-op)."""
+
+    def __init__(self, module: SimulatedDeviceModule, device: Any) -> None:
+        self._module = module
+        self.idx = -1 if device is None else module._index(device)
+        self.prev_idx = -1
+
+    def __enter__(self) -> SimulatedDeviceContext:
+        if self.idx >= 0:
+            self.prev_idx = self._module.current_device()
+            self._module.set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.idx >= 0:
+            self._module.set_device(self.prev_idx)
+
+
 class SimulatedDeviceModule(types.ModuleType):
     """A ``torch.cuda``-shaped device module for ``device_count`` simulated devices."""
 
@@ -240,6 +259,10 @@ class SimulatedDeviceModule(types.ModuleType):
 
     def set_device(self, device: Any) -> None:
         self._current = self._index(device)
+
+    def device(self, device: Any) -> SimulatedDeviceContext:
+        """``torch.cuda.device(idx)``: a context that makes ``idx`` current, then restores it."""
+        return SimulatedDeviceContext(self, device)
 
     def synchronize(self, device: Any = None) -> None:
         self._index(device)
