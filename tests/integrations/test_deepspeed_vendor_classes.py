@@ -10,6 +10,7 @@ interpreters run side by side (each imports DeepSpeed once).
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,27 @@ with runtime:
     conformance = run_conformance(cls, [c for c in CHECKS if c != "compile_backend"])
     out["conformance"] = conformance.format()
     out["passed"] = conformance.passed
+
+    # anyaccel's launcher glue on top: one rank, over gloo (the vendor's collective library
+    # needs the hardware); it selects the rank's device through the DeepSpeed class.
+    import torch.distributed as dist
+    from anyaccel.distributed import init_distributed
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[3])
+    info = init_distributed("gloo", rank=0, world_size=1)
+    total = torch.ones(3)
+    dist.all_reduce(total)
+    out["dist"] = [info.rank, info.world_size, dist.get_backend(), total.tolist()]
+    dist.destroy_process_group()
 print(json.dumps(out))
 """
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def _install(site: Path) -> None:
@@ -87,7 +107,7 @@ def results(ds_python: str, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     env["ASCEND_HOME_PATH"] = str(site)  # CANN's set_env.sh sets it; DeepSpeed's builders read it
     children = {
         name: subprocess.Popen(
-            [ds_python, "-c", _CHILD, name, reference],
+            [ds_python, "-c", _CHILD, name, reference, str(_free_port())],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -118,3 +138,4 @@ def test_deepspeed_class_is_an_anyaccel_backend(results: dict[str, Any], name: s
     assert not [w for w in got["warnings"] if "plugin" in w], got["warnings"]
     assert got["passed"], got["conformance"]
     assert got["adam"] == "CPUAdamBuilder"  # DeepSpeed's op builders, through anyaccel
+    assert got["dist"] == [0, 1, "gloo", [1.0, 1.0, 1.0]]
