@@ -26,7 +26,7 @@ warnings.simplefilter("ignore")
 import anyaccel
 results = {}
 for label, env in json.loads(sys.argv[1]).items():
-    for key in ("DS_ACCELERATOR", "ANYACCEL_PLUGINS"):
+    for key in ("DS_ACCELERATOR", "ANYACCEL_PLUGINS", "ACME_BRINGUP"):
         os.environ.pop(key, None)
     os.environ.update(env)
     anyaccel.reset_accelerator()
@@ -47,6 +47,7 @@ _SCENARIOS = {
         "boards": {},
         "forced": {"DS_ACCELERATOR": "acme"},
         "not allowed": {"ANYACCEL_PLUGINS": "none"},
+        "bring-up": {"DS_ACCELERATOR": "acme-bringup", "ACME_BRINGUP": "1"},
     },
     "0": {"no board": {}, "forced, no board": {"DS_ACCELERATOR": "acme"}},
 }
@@ -144,6 +145,19 @@ def test_allow_list_keeps_the_plugin_out_and_the_generic_backend_steps_in(
     assert (result["class"], result["name"]) == ("GenericAccelerator", "acme")
     assert ["generic (torch.accelerator)", "selected"] in result["rows"]
     assert not any("plugin" in row[0] for row in result["rows"])  # type: ignore[union-attr]
+
+
+def test_the_deepspeed_style_bring_up_class_is_opt_in(
+    results: dict[str, dict[str, object]],
+) -> None:
+    result = results["bring-up"]
+    assert (result["class"], result["name"], result["how"]) == (
+        "AcmeBringUp",
+        "acme",
+        "DS_ACCELERATOR",
+    )
+    # Without ACME_BRINGUP it stays out of the way: no board means the CPU, as before.
+    assert ["acme-bringup (plugin acme-accel)", "passed over"] in results["no board"]["rows"]
 
 
 def test_it_passes_the_conformance_kit(venv: Path) -> None:

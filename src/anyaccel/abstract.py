@@ -13,7 +13,7 @@ import abc
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, overload
 
 import torch
 
@@ -29,7 +29,9 @@ from anyaccel.synchronous import (
 )
 from anyaccel.tensor_types import TensorType
 
-__all__ = ["Accelerator", "DeepSpeedAccelerator", "TensorFactory"]
+__all__ = ["Accelerator", "DeepSpeedAccelerator", "InstanceDefault", "TensorFactory"]
+
+_T = TypeVar("_T")
 
 #: Older name of the tensor-type constructors' type.
 TensorFactory = TensorType
@@ -63,8 +65,50 @@ def _require_host(device: str | torch.device, caller: str) -> None:
         )
 
 
+class InstanceDefault(Generic[_T]):
+    """An instance attribute whose default is made on first read, so ``__init__`` may be skipped.
+
+    DeepSpeed's accelerators set ``self._name`` and friends in ``__init__`` and often never call
+    ``super().__init__()``: base-class state held in one of these is created when first read
+    (from the instance's own names, whenever they were set), and a value the subclass assigns,
+    before or after ``super().__init__()``, is kept.
+    """
+
+    def __init__(self, factory: Callable[[Any], _T]) -> None:
+        self._factory = factory
+        self._attribute = ""
+
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        self._attribute = name
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any] | None = None) -> InstanceDefault[_T]: ...
+
+    @overload
+    def __get__(self, instance: object, owner: type[Any] | None = None) -> _T: ...
+
+    def __get__(
+        self, instance: object | None, owner: type[Any] | None = None
+    ) -> _T | InstanceDefault[_T]:
+        if instance is None:
+            return self
+        values = instance.__dict__
+        if self._attribute not in values:
+            values[self._attribute] = self._factory(instance)
+        value: _T = values[self._attribute]
+        return value
+
+    def __set__(self, instance: object, value: _T) -> None:
+        instance.__dict__[self._attribute] = value
+
+
 class Accelerator(abc.ABC):
-    """What every anyaccel accelerator offers; subclass it to add hardware."""
+    """What every anyaccel accelerator offers; subclass it to add hardware.
+
+    Subclasses may set ``_name``, ``_communication_backend_name`` and ``_compile_backend`` as
+    class attributes or in ``__init__`` (before or after ``super().__init__()``, or without
+    calling it, as DeepSpeed's accelerators do): no base class needs its ``__init__`` to run.
+    """
 
     #: The backend's name, as ``DS_ACCELERATOR`` spells it and torch names the device type.
     _name: str = ""
@@ -78,6 +122,13 @@ class Accelerator(abc.ABC):
     visible_devices_env_names: ClassVar[tuple[str, ...]] = ()
     #: Prefixes of environment variables a launcher forwards to other nodes.
     export_env_prefixes: ClassVar[tuple[str, ...]] = ()
+
+    def _settle(self) -> None:  # noqa: B027 - a base without state has nothing to settle
+        """Create any base-class state not made yet; raises what a missing runtime raises.
+
+        ``set_accelerator``, plugin construction and the conformance kit call it when an
+        accelerator is handed over, so a problem shows there and not at a later call.
+        """
 
     # ------------------------------------------------------------------ identity & model
     def is_synchronized_device(self) -> bool:

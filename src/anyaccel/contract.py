@@ -174,4 +174,7 @@ def validated(candidate: object, *, check_signatures: bool = True) -> Accelerato
         Accelerator.register(type(candidate))
     if not isinstance(candidate, Accelerator):  # pragma: no cover - register() makes it one
         raise InvalidAcceleratorError(f"{type(candidate).__qualname__} could not be registered")
+    settle = getattr(candidate, "_settle", None)
+    if callable(settle):  # base state a skipped super().__init__() left unmade, made now
+        settle()
     return candidate

@@ -14,7 +14,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from anyaccel.abstract import Accelerator
@@ -23,11 +23,18 @@ from anyaccel.errors import (
     AcceleratorError,
     AcceleratorUnavailableError,
     CpuFallbackWarning,
+    InvalidAcceleratorError,
     UnknownAcceleratorError,
 )
 from anyaccel.forksafe import ForkSafeLock
 from anyaccel.guard import probe_timeout, refuse_reentry, run_guarded
-from anyaccel.plugins import PluginWarning, claimed_builtin_name, name_claim_message
+from anyaccel.plugins import (
+    PluginWarning,
+    adapters_declared,
+    claimed_builtin_name,
+    name_claim_message,
+    plugin_name_problem,
+)
 from anyaccel.probe import (
     ALLOW_ENV,
     FORCE_ENV,
@@ -114,6 +121,8 @@ class DetectionReport:
     seconds: float = 0.0
     plugins: tuple[PluginStatus, ...] = field(default_factory=tuple)
     """What became of every installed plugin (empty when none was looked for)."""
+    stands_in_for: tuple[str, ...] = field(default_factory=tuple)
+    """Plugins that failed before the chosen backend, which stands in for them: one line each."""
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data, for JSON."""
@@ -122,6 +131,10 @@ class DetectionReport:
     def format(self) -> str:
         """The report as a table a person can read."""
         lines = [f"accelerator: {self.accelerator} ({self.accelerator_class})"]
+        lines.extend(
+            f"STAND-IN: {self.accelerator!r} stands in for {failed}"
+            for failed in self.stands_in_for
+        )
         if self.how == "DS_ACCELERATOR":
             lines.append(f"chosen by: {FORCE_ENV}={self.forced_name}")
         elif self.how == "set_accelerator":
@@ -213,7 +226,7 @@ def _constructed(candidate: BackendCandidate) -> Accelerator:
         _resolve(candidate.accelerator)(), check_signatures=not candidate.is_builtin
     )
     if not candidate.is_builtin:
-        claim = claimed_builtin_name(accelerator, builtin_names())
+        claim = claimed_builtin_name(accelerator, builtin_names(), candidate.name)
         if claim is not None:
             raise _NameClaimed(name_claim_message(candidate.name, candidate.origin, claim))
     return accelerator
@@ -284,8 +297,9 @@ def detect_accelerator(*, probe_all: bool = False) -> tuple[Accelerator, Detecti
     refuse_reentry("detect_accelerator")
     start = time.perf_counter()
     forced = forced_name()
-    # A built-in name forced: no plugin is discovered, imported or probed.
-    include_plugins = forced not in builtin_names()
+    # A built-in name forced: no plugin is discovered, imported or probed, unless a DeepSpeed
+    # adapter is installed (it may provide that very name).
+    include_plugins = forced not in builtin_names() or adapters_declared()
     candidates = registered_backends(include_plugins=include_plugins)
     if forced is not None:
         candidates = tuple(c for c in candidates if c.name == forced)
@@ -327,6 +341,18 @@ def detect_accelerator(*, probe_all: bool = False) -> tuple[Accelerator, Detecti
             record.decision,
             record.seconds * 1000,
         )
+    broken_plugins = [
+        (c, o) for c, o in failures if not c.is_builtin and o.kind == ProbeKind.BROKEN
+    ]
+    if forced is not None and broken_plugins:
+        # Forced by name, a failed plugin is never replaced by another backend of that name.
+        candidate, outcome = broken_plugins[0]
+        raise AcceleratorUnavailableError(
+            forced,
+            outcome.kind,
+            f"{candidate.path}: {outcome.reason}",
+            f"{outcome.remedy} Or unset {FORCE_ENV}.",
+        )
     if chosen is None or chosen_candidate is None:
         if forced is None:
             raise AcceleratorError(
@@ -339,6 +365,23 @@ def detect_accelerator(*, probe_all: bool = False) -> tuple[Accelerator, Detecti
             forced, outcome.kind, reasons, f"{outcome.remedy} Or unset {FORCE_ENV}."
         )
 
+    stands_in_for = tuple(
+        f"plugin {c.name!r} ({c.origin}), which failed: {o.reason}" for c, o in broken_plugins
+    )
+    for failed in stands_in_for:
+        warnings.warn(
+            f"anyaccel is using {chosen._name!r} ({chosen_candidate.path}) in place of {failed}; "
+            f"fix the plugin, or set {FORCE_ENV} to choose a backend",
+            PluginWarning,
+            stacklevel=3,
+        )
+    if stands_in_for:
+        records = [
+            replace(r, reason=f"{r.reason} (stands in for the failed plugin(s) above)")
+            if r.decision == Decision.SELECTED
+            else r
+            for r in records
+        ]
     report = DetectionReport(
         accelerator=chosen._name,
         accelerator_class=f"{type(chosen).__module__}.{type(chosen).__qualname__}",
@@ -347,6 +390,7 @@ def detect_accelerator(*, probe_all: bool = False) -> tuple[Accelerator, Detecti
         probes=tuple(records),
         seconds=elapsed,
         plugins=_plugin_rows(include_plugins),
+        stands_in_for=stands_in_for,
     )
     logger.debug("selected accelerator %r in %.3f ms", chosen._name, elapsed * 1000)
     return chosen, report
@@ -410,6 +454,9 @@ def set_accelerator(accel_obj: object) -> None:
     global _accelerator, _choice
     refuse_reentry("set_accelerator")
     accelerator = _validated(accel_obj)
+    problem = plugin_name_problem(accelerator, builtin_names())
+    if problem is not None:  # the verdict detection gives the same plugin
+        raise InvalidAcceleratorError(problem)
     report = DetectionReport(
         accelerator=accelerator._name,
         accelerator_class=f"{type(accelerator).__module__}.{type(accelerator).__qualname__}",

@@ -2,7 +2,14 @@
 
 A vendor package declares ``name = "package.module:Class"`` in that group; the class may set
 ``detection_priority`` (an int, ``"before:cuda"`` or ``"after:npu"``; default ``"before:cuda"``)
-and a ``probe()`` static method returning a :class:`~anyaccel.probe.ProbeOutcome`.
+and a ``probe()`` static method returning a :class:`~anyaccel.probe.ProbeOutcome`. A class
+without ``probe()`` is ranked after every built-in hardware backend, with a warning: an
+accelerator that cannot say whether its device is here must not take precedence over one that can.
+
+A vendor's existing DeepSpeed accelerator joins unchanged through the adapter group
+``anyaccel.deepspeed_accelerators``: ``npu = "vendor.module:NPU_Accelerator"``, named as
+``DS_ACCELERATOR`` names it in DeepSpeed. That name may be a built-in one: the class then stands
+just before anyaccel's own backend of that name, detected by that backend's probe.
 Discovery returns values (candidates and status rows) and keeps no state: the registry
 (:mod:`anyaccel.registry`) loads plugins the first time it is read, never at
 ``import anyaccel``, and keeps what was found.
@@ -15,7 +22,8 @@ accelerator while detection runs is passed over with a :class:`PluginWarning` an
 ``broken`` row in the detection trace. Built-in names are reserved: a plugin whose entry
 point claims one, or whose constructed accelerator reports one as its ``_name`` or
 ``device_name()``, is rejected (a class attribute inherited from a built-in base and replaced
-in ``__init__``, as DeepSpeed's accelerators do, claims nothing). Two distributions claiming one
+in ``__init__``, as DeepSpeed's accelerators do, claims nothing; an adapter entry point may
+report the built-in name it is registered under). Two distributions claiming one
 name are both rejected until ``ANYACCEL_PLUGINS`` picks one.
 """
 
@@ -44,6 +52,7 @@ from anyaccel.probe import (
 
 __all__ = [
     "ALLOW_ENV",
+    "DEEPSPEED_ENTRY_POINT_GROUP",
     "DEFAULT_PRIORITY",
     "ENTRY_POINT_GROUP",
     "PluginDiscovery",
@@ -51,10 +60,13 @@ __all__ = [
     "PluginStatus",
     "PluginWarning",
     "UnknownPriorityTargetError",
+    "adapters_declared",
     "claimed_builtin_name",
     "default_probe",
+    "hardware_rank_end",
     "load_plugins",
     "plugin_candidates",
+    "plugin_name_problem",
     "resolve_priority",
 ]
 
@@ -62,6 +74,8 @@ logger = logging.getLogger("anyaccel.plugins")
 
 #: The entry-point group vendor packages register their accelerator classes in.
 ENTRY_POINT_GROUP = "anyaccel.accelerators"
+#: The adapter group: a vendor's DeepSpeed accelerator class, named as DeepSpeed names it.
+DEEPSPEED_ENTRY_POINT_GROUP = "anyaccel.deepspeed_accelerators"
 #: Where a plugin that declares no ``detection_priority`` joins the cascade.
 DEFAULT_PRIORITY = "before:cuda"
 
@@ -87,19 +101,30 @@ class PluginDiscovery(NamedTuple):
     statuses: list[PluginStatus]
 
 
-def claimed_builtin_name(accelerator: Any, builtin: frozenset[str]) -> str | None:
+def claimed_builtin_name(
+    accelerator: Any, builtin: frozenset[str], registered: str | None = None
+) -> str | None:
     """The built-in backend name ``accelerator`` reports as its own, or ``None``.
 
     ``_name`` may be none of them; ``device_name()`` may be ``'cpu'`` (the host, which every
-    process has, so a plugin computing on it claims nothing false) but no accelerator's.
+    process has, so a plugin computing on it claims nothing false) but no accelerator's. The
+    name the plugin is ``registered`` under is its own (a DeepSpeed adapter for ``npu``).
+    One rule for every path: plugin detection, ``set_accelerator`` and the conformance kit.
     """
+    own = {registered} if registered else set()
     name = getattr(accelerator, "_name", None)
-    if isinstance(name, str) and name.strip().lower() in builtin:
+    if isinstance(name, str) and name.strip().lower() in builtin - own:
         return f"_name {name!r}"
     device = str(accelerator.device_name()).partition(":")[0].strip().lower()
-    if device in builtin and device != "cpu":
+    if device in builtin - own and device != "cpu":
         return f"device_name() {device!r}"
     return None
+
+
+def hardware_rank_end(existing: Sequence[BackendCandidate]) -> int:
+    """The priority just after every built-in hardware backend (before the CPU fallback)."""
+    hardware = [c.priority for c in existing if c.is_builtin and c.name != "cpu"]
+    return max(hardware, default=949) + 1
 
 
 # ---------------------------------------------------------------------- priority
@@ -192,13 +217,13 @@ def _distribution(entry_point: importlib.metadata.EntryPoint) -> str:
     return str(dist.name) if dist is not None else "unknown distribution"
 
 
-def _group_declared_on_path() -> bool:
-    """Whether any installed distribution's ``entry_points.txt`` names our group.
+def _group_declared_on_path(*only: str) -> bool:
+    """Whether any installed distribution's ``entry_points.txt`` names our groups (or ``only``).
 
     A quick text scan of ``sys.path``: reading every distribution's metadata through
     ``importlib.metadata`` costs several milliseconds, and most environments have no plugin.
     """
-    marker = f"[{ENTRY_POINT_GROUP}]"
+    markers = only or (f"[{ENTRY_POINT_GROUP}]", f"[{DEEPSPEED_ENTRY_POINT_GROUP}]")
     for entry in sys.path:
         try:
             with os.scandir(entry or ".") as items:
@@ -208,7 +233,8 @@ def _group_declared_on_path() -> bool:
         for info in infos:
             try:
                 with open(os.path.join(info, "entry_points.txt"), encoding="utf-8") as points:
-                    if marker in points.read():
+                    text = points.read()
+                    if any(marker in text for marker in markers):
                         return True
             except OSError:
                 continue
@@ -219,10 +245,16 @@ def _group_declared_on_path() -> bool:
 def _entry_points() -> list[importlib.metadata.EntryPoint]:
     if not _group_declared_on_path():
         return []
-    return sorted(
-        importlib.metadata.entry_points(group=ENTRY_POINT_GROUP),
-        key=lambda ep: (ep.name, _distribution(ep), ep.value),
-    )
+    points = [
+        *importlib.metadata.entry_points(group=ENTRY_POINT_GROUP),
+        *importlib.metadata.entry_points(group=DEEPSPEED_ENTRY_POINT_GROUP),
+    ]
+    return sorted(points, key=lambda ep: (ep.name, _distribution(ep), ep.value, ep.group))
+
+
+def _is_adapter(entry_point: importlib.metadata.EntryPoint) -> bool:
+    """Whether ``entry_point`` is in the DeepSpeed adapter group."""
+    return getattr(entry_point, "group", None) == DEEPSPEED_ENTRY_POINT_GROUP
 
 
 def _label(name: str, distribution: str) -> str:
@@ -259,7 +291,7 @@ def plugin_candidates(
             status(PluginState.NOT_ALLOWED, f"{ALLOW_ENV}={os.environ.get(ALLOW_ENV, '')!r}")
             logger.debug("plugin %s (%s) not in %s; not loaded", ep.name, distribution, ALLOW_ENV)
             continue
-        problem = _naming_problem(ep.name, reserved, by_name[ep.name])
+        problem = _naming_problem(ep.name, set() if _is_adapter(ep) else reserved, by_name[ep.name])
         if problem is not None:
             status(PluginState.REJECTED, problem)
             warnings.warn(f"{problem}; it is not loaded", PluginWarning, stacklevel=3)
@@ -337,6 +369,18 @@ def _load(
         )
     # The name claim is judged on the constructed accelerator (detection does it, guarded):
     # a DeepSpeed-style class sets ``self._name`` in ``__init__`` over an inherited one.
+    builtin = [c for c in existing if c.is_builtin and c.name == ep.name]
+    if _is_adapter(ep) and builtin and not callable(getattr(loaded, "probe", None)):
+        # A DeepSpeed class for a device anyaccel knows: that backend's probe finds the device.
+        first = min(builtin, key=lambda c: c.priority)
+        return BackendCandidate(
+            ep.name,
+            _label(ep.name, distribution),
+            first.priority - 1,
+            first.probe,
+            cast("Callable[[], Accelerator]", loaded),
+            origin=distribution,
+        )
     spec = getattr(loaded, "detection_priority", DEFAULT_PRIORITY)
     try:
         priority = resolve_priority(spec, existing)
@@ -347,6 +391,18 @@ def _load(
             PluginWarning,
             stacklevel=4,
         )
+    if not callable(getattr(loaded, "probe", None)):
+        end = hardware_rank_end(existing)
+        if priority < end:
+            warnings.warn(
+                f"plugin {ep.name!r} ({distribution}): {ep.value} has no probe(), so it is "
+                f"ranked after every built-in hardware backend (priority {end}, not "
+                f"{spec!r}); give the class a static probe() returning "
+                "anyaccel.probe.ProbeOutcome to be detected where it asks",
+                PluginWarning,
+                stacklevel=4,
+            )
+            priority = end
     return BackendCandidate(
         ep.name,
         _label(ep.name, distribution),
@@ -364,6 +420,32 @@ def name_claim_message(name: str, distribution: str, what: str) -> str:
         "accelerator must report the name it is registered under, so it is rejected (rename "
         "_name and the device type, or uninstall the plugin)"
     )
+
+
+def adapters_declared() -> bool:
+    """Whether an installed distribution declares a DeepSpeed adapter entry point (a text scan)."""
+    return _group_declared_on_path(f"[{DEEPSPEED_ENTRY_POINT_GROUP}]")
+
+
+def plugin_name_problem(accelerator: Any, builtin: frozenset[str]) -> str | None:
+    """The name-claim verdict for an accelerator whose class an installed plugin registers.
+
+    ``None`` when its class is no plugin's entry point, or the plugin reports its own name.
+    ``set_accelerator`` and the conformance kit ask this, so they judge a plugin's accelerator
+    as detection does; only metadata is read (no plugin is imported).
+    """
+    cls = type(accelerator)
+    value = f"{cls.__module__}:{cls.__qualname__}"
+    try:
+        points = _entry_points()
+    except Exception:  # broken metadata: detection reports it; nothing to judge here
+        return None
+    for ep in points:
+        if ep.value.replace(" ", "") == value:
+            claim = claimed_builtin_name(accelerator, builtin, ep.name)
+            if claim is not None:
+                return name_claim_message(ep.name, _distribution(ep), claim)
+    return None
 
 
 def load_plugins(existing: Sequence[BackendCandidate]) -> PluginDiscovery:

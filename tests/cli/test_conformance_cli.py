@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,35 @@ def test_list_names_every_check(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conformance", "--list"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert listed == list(CHECKS)
+
+
+def test_context_runs_the_checks_inside_a_vendor_runtime_and_zero_devices_is_said(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "zero_boards.py").write_text(
+        "from anyaccel.testing.simulated import simulate_npu\n"
+        "def simulate():\n"
+        "    return simulate_npu(device_count=0)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    monkeypatch.setenv("PYTHONPATH", path)  # the worker process imports it too
+    argv = ["conformance", "anyaccel.backends.npu:NpuAccelerator", "--context",
+            "zero_boards:simulate", "--check", "contract_members", "--check", "rng_state",
+            "--check", "return_types"]  # fmt: skip
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[1].startswith("NO DEVICE: no device was exercised: device_count() is 0"), out
+    assert "SKIPPED rng_state" in out and "SKIPPED return_types" in out
+    assert "PASSED  contract_members" in out
+    assert "IndexError" not in out
+
+
+def test_a_context_that_cannot_be_found_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["conformance", "anyaccel.backends.cpu:CpuAccelerator", "--context", "nowhere_xyz:sim"]
+    assert main(argv) == 2
+    assert "no module 'nowhere_xyz' can be imported here" in capsys.readouterr().err

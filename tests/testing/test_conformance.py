@@ -304,3 +304,30 @@ def test_pytest_plugin_runs_one_test_per_check(pytester: pytest.Pytester) -> Non
     result = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=len(CHECKS) + 1, failed=1)
     result.stdout.fnmatch_lines(["*memory:*", "*max_memory_allocated() = 0 is below*"])
+
+
+def test_a_skip_reason_is_never_cut_short(monkeypatch: pytest.MonkeyPatch) -> None:
+    words = "Could not run 'aten::empty.memory_format' with arguments from the 'PrivateUse1' "
+    message = words + "backend. This could be because the operator doesn't exist for this backend"
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(message + "\nthe dispatcher's long table follows")
+
+    monkeypatch.setattr(torch, "empty", refuse)
+    report = run_conformance(CpuAccelerator, checks=["tensor_types"])
+    reason = report.results[0].messages[0]
+    assert report.results[0].status == "skipped"
+    assert f"(NotImplementedError: {message}); a simulated runtime" in reason, reason
+
+
+def test_zero_devices_is_said_first_and_the_device_checks_are_skipped() -> None:
+    prepare(compile_backend=False)
+    with simulated.simulate_npu(device_count=0):
+        from anyaccel.backends.npu import NpuAccelerator
+
+        report = run_conformance(NpuAccelerator, checks=["contract_members", "rng_state"])
+    statuses = {r.name: r.status for r in report.results}
+    assert statuses == {"contract_members": "passed", "rng_state": "skipped"}
+    assert report.no_device is not None and "device_count() is 0" in report.no_device
+    assert report.format().splitlines()[1].startswith("NO DEVICE: no device was exercised")
+    assert report.to_dict()["no_device"] == report.no_device

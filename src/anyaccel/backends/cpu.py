@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from anyaccel.abstract import Accelerator
+from anyaccel.abstract import Accelerator, InstanceDefault
 from anyaccel.probe import ProbeOutcome, package_installed
 
 __all__ = ["CpuAccelerator", "numa_node_count", "probe"]
@@ -86,11 +86,27 @@ class CpuAccelerator(Accelerator):
     visible_devices_env_names = ("CUDA_VISIBLE_DEVICES",)
     export_env_prefixes = ()
 
+    #: ``ccl`` where oneCCL's bindings import, else ``gloo`` (a subclass's own value wins).
+    _communication_backend_name: InstanceDefault[str] = InstanceDefault(
+        lambda self: "ccl" if ccl_backend_available() else "gloo"
+    )
+    #: ``LOCAL_SIZE`` or the NUMA node count, read once (on first use without ``__init__``).
+    _device_count: InstanceDefault[int] = InstanceDefault(
+        lambda self: _local_size() or numa_node_count()
+    )
+    #: Peak resident set size seen, where the OS keeps no high-water mark.
+    _peak_rss_fallback = 0
+
     def __init__(self) -> None:
-        self._communication_backend_name = "ccl" if ccl_backend_available() else "gloo"
-        size = _local_size()
+        size = _local_size()  # a bad LOCAL_SIZE is an error when the accelerator is made
         self._device_count = size if size is not None else numa_node_count()
         self._peak_rss_fallback = 0
+        if not hasattr(self, "_communication_backend_name"):  # __init__ borrowed by a non-subclass
+            self._communication_backend_name = "ccl" if ccl_backend_available() else "gloo"
+
+    def _settle(self) -> None:
+        """Read ``LOCAL_SIZE`` now: a bad value is an error when the accelerator is handed over."""
+        self._device_count  # noqa: B018 - reading it reads LOCAL_SIZE
 
     # ------------------------------------------------------------------ execution model
     def is_synchronized_device(self) -> bool:

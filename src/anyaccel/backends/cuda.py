@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from anyaccel.abstract import InstanceDefault
 from anyaccel.backends.runtime_probe import RuntimeCheck, count_devices, visibility_note
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.probe import ProbeOutcome, package_installed
@@ -58,7 +59,12 @@ class CudaAccelerator(TorchModuleAccelerator):
     """NVIDIA (CUDA) and AMD (ROCm) GPUs through ``torch.cuda``."""
 
     _name = "cuda"
-    _communication_backend_name = "nccl"
+    #: ``nccl``; ``gloo`` on Windows, which has no NCCL (a subclass's own value wins).
+    _communication_backend_name: InstanceDefault[str] = InstanceDefault(
+        lambda self: "gloo" if sys.platform == "win32" else "nccl"
+    )
+    #: Whether torch is a ROCm build (read in ``__init__``, or on first use without it).
+    is_rocm: InstanceDefault[bool] = InstanceDefault(lambda self: torch.version.hip is not None)
     _compile_backend = "inductor"
     device_module_name = "cuda"
     graph_class_name = "CUDAGraph"
@@ -68,8 +74,6 @@ class CudaAccelerator(TorchModuleAccelerator):
 
     def __init__(self, device_module: Any | None = None) -> None:
         super().__init__(device_module)
-        if sys.platform == "win32":
-            self._communication_backend_name = "gloo"
         self.is_rocm = torch.version.hip is not None
 
     def visible_devices_envs(self) -> list[str]:

@@ -47,6 +47,11 @@ LAZY_MODE_DEFAULTS: dict[str, str] = {
 _MODULES_ENV = "HABANA_VISIBLE_MODULES"
 
 
+def _set_lazy_mode_defaults() -> None:
+    for name, value in LAZY_MODE_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
+
 def probe() -> ProbeOutcome:
     """Import habana_frameworks.torch.hpu (only if installed) and count Gaudi devices."""
     return probe_device_runtime(
@@ -76,14 +81,18 @@ class HpuAccelerator(TorchModuleAccelerator):
     export_env_prefixes = ()
 
     def __init__(self, device_module: Any | None = None) -> None:
-        for name, value in LAZY_MODE_DEFAULTS.items():
-            os.environ.setdefault(name, value)
+        _set_lazy_mode_defaults()
         super().__init__(device_module)
 
     @classmethod
     def load_device_module(cls) -> Any:
         """``habana_frameworks.torch.hpu`` itself (it need not be attached to ``torch``)."""
+        _set_lazy_mode_defaults()
         return import_runtime(_DEVICE_MODULE)
+
+    def _load_device_module(self) -> Any:
+        """``habana_frameworks.torch.hpu``, whatever this instance's name."""
+        return self.load_device_module()
 
     # ------------------------------------------------------------------ execution model
     def resolves_data_dependency(self) -> bool:

@@ -48,6 +48,10 @@ class MpsAccelerator(TorchModuleAccelerator):
     visible_devices_env_names = ("CUDA_VISIBLE_DEVICES",)
     export_env_prefixes = ()
 
+    #: Peaks since the last reset (torch.mps keeps none); instance values once first raised.
+    _peak_allocated = 0
+    _peak_reserved = 0
+
     def __init__(self, device_module: Any | None = None) -> None:
         super().__init__(device_module)
         self._peak_allocated = 0

@@ -10,10 +10,10 @@ nodes: ``BCCL*``, ``BIREN*``, ``SUPA*``, ``LD_LIBRARY*``, ``PATH``. Graphs:
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import torch
 
+from anyaccel.abstract import InstanceDefault
 from anyaccel.backends.runtime_probe import RuntimeCheck, probe_device_runtime
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.probe import ProbeOutcome, package_installed
@@ -40,7 +40,10 @@ class SupaAccelerator(TorchModuleAccelerator):
     """Biren GPUs through ``torch.supa``."""
 
     _name = "supa"
-    _communication_backend_name = "bccl"
+    #: ``bccl``; ``gloo`` on Windows (a subclass's own value wins).
+    _communication_backend_name: InstanceDefault[str] = InstanceDefault(
+        lambda self: "gloo" if sys.platform == "win32" else "bccl"
+    )
     _compile_backend = "inductor"
     device_module_name = "supa"
     runtime_package = "torch_supa"
@@ -48,11 +51,6 @@ class SupaAccelerator(TorchModuleAccelerator):
     profiler_module_name = None
     visible_devices_env_names = ("SUPA_VISIBLE_DEVICES",)
     export_env_prefixes = ("BCCL", "BIREN", "SUPA", "LD_LIBRARY", "PATH")
-
-    def __init__(self, device_module: Any | None = None) -> None:
-        super().__init__(device_module)
-        if sys.platform == "win32":
-            self._communication_backend_name = "gloo"
 
     def is_triton_supported(self) -> bool:
         """Triton is installed and a Biren GPU is visible."""

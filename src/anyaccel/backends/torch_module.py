@@ -16,10 +16,38 @@ from typing import Any, ClassVar
 
 import torch
 
-from anyaccel.abstract import Accelerator
-from anyaccel.errors import UnsupportedFeatureError
+from anyaccel.abstract import Accelerator, InstanceDefault
+from anyaccel.errors import AcceleratorError, UnsupportedFeatureError
 
 __all__ = ["TorchModuleAccelerator"]
+
+
+def _import_device_module(
+    module_name: str, runtime_package: str | None, accelerator: str, owner: type[Any]
+) -> Any:
+    """``torch.<module_name>`` after importing ``runtime_package``; errors name both."""
+    if not module_name:
+        raise AcceleratorError(
+            f"{owner.__qualname__} names no device module: set _name (e.g. self._name = 'zpu' "
+            "in __init__) or the class attribute device_module_name before the accelerator is "
+            "used"
+        )
+    if runtime_package:
+        importlib.import_module(runtime_package)
+    module = getattr(torch, module_name, None)
+    if module is None:
+        where = (
+            f"importing {runtime_package} did not attach it"
+            if runtime_package
+            else "this torch has no such module"
+        )
+        raise UnsupportedFeatureError(
+            accelerator or module_name,
+            f"the device module torch.{module_name}",
+            f"{where}; install the package that provides torch.{module_name}, or set "
+            "device_module_name (and runtime_package) to the module the runtime attaches.",
+        )
+    return module
 
 
 class TorchModuleAccelerator(Accelerator):
@@ -39,24 +67,34 @@ class TorchModuleAccelerator(Accelerator):
     profiler_module_name: ClassVar[str | None] = "nvtx"
 
     def __init__(self, device_module: ModuleType | Any | None = None) -> None:
-        self._module: Any = (
-            device_module if device_module is not None else self.load_device_module()
+        if device_module is not None:
+            self._module = device_module
+        elif self.device_module_name or self._name:
+            self._settle()  # the name is known: a missing runtime is an error now
+        # else: a subclass sets self._name after super().__init__(); loaded on first use
+
+    def _load_device_module(self) -> Any:
+        """The device module named by this instance (``device_module_name``, else ``_name``).
+
+        Read from the instance, so names a subclass sets in ``__init__`` (DeepSpeed's way) count.
+        """
+        return _import_device_module(
+            self.device_module_name or self._name, self.runtime_package, self._name, type(self)
         )
+
+    #: The device module, loaded on first use when ``__init__`` was not given one.
+    _module: InstanceDefault[Any] = InstanceDefault(lambda self: self._load_device_module())
+
+    def _settle(self) -> None:
+        """Load the device module now (it names the module and package if it is missing)."""
+        self._module  # noqa: B018 - reading it loads it
 
     @classmethod
     def load_device_module(cls) -> Any:
         """Import the runtime package (if any) and return the device module it provides."""
-        if cls.runtime_package:
-            importlib.import_module(cls.runtime_package)
-        name = cls.device_module_name or cls._name
-        module = getattr(torch, name, None)
-        if module is None:
-            raise UnsupportedFeatureError(
-                cls._name,
-                f"the device module torch.{name}",
-                f"Install the package that provides it ({cls.runtime_package or 'torch'}).",
-            )
-        return module
+        return _import_device_module(
+            cls.device_module_name or cls._name, cls.runtime_package, cls._name, cls
+        )
 
     @property
     def device_module(self) -> Any:

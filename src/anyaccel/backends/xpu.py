@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from anyaccel.abstract import InstanceDefault
 from anyaccel.backends.cpu import ccl_backend_available
 from anyaccel.backends.runtime_probe import (
     RuntimeCheck,
@@ -151,17 +152,16 @@ class XpuAccelerator(TorchModuleAccelerator):
     """Intel GPUs through native ``torch.xpu``."""
 
     _name = "xpu"
-    _communication_backend_name = "xccl"
+    #: ``ccl`` where oneCCL's bindings import, else ``xccl`` (a subclass's own value wins).
+    _communication_backend_name: InstanceDefault[str] = InstanceDefault(
+        lambda self: "ccl" if ccl_backend_available() else "xccl"
+    )
     _compile_backend = "inductor"
     device_module_name = "xpu"
     graph_class_name = "XPUGraph"
     profiler_module_name = "itt"
     visible_devices_env_names = ("ZE_AFFINITY_MASK",)
     export_env_prefixes = ()
-
-    def __init__(self, device_module: Any | None = None) -> None:
-        super().__init__(device_module)
-        self._communication_backend_name = "ccl" if ccl_backend_available() else "xccl"
 
     def random(self) -> Any:
         """``torch.xpu.random`` where the runtime has it, else ``torch.random``."""

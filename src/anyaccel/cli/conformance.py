@@ -4,7 +4,9 @@ The target runs in a worker process: a target that exits, crashes or hangs fails
 was in (a hang after ``--timeout`` seconds) and a new worker runs the other checks. Prints one
 line per check (failures and skip reasons below it), or JSON with ``--json``, always.
 Exit status: 0 when no check fails, 1 when one does, 2 when the target cannot be loaded.
-``--simulate NAME`` runs inside ``anyaccel.testing.simulated.simulate_NAME()``.
+``--simulate NAME`` runs inside ``anyaccel.testing.simulated.simulate_NAME()``, and
+``--context module:function`` inside the context manager that ``function()`` returns (the twin
+of the pytest plugin's ``context=``: e.g. a vendor's own simulated runtime, or zero boards).
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run inside anyaccel.testing.simulated.simulate_NAME() (e.g. cuda)",
     )
     parser.add_argument(
+        "--context",
+        metavar="MODULE:FUNCTION",
+        help="run inside the context manager FUNCTION() returns (e.g. your simulated runtime)",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT,
@@ -59,6 +66,29 @@ def _check_simulation(name: str) -> None:
         )
         raise LookupError(
             f"--simulate {name!r} is not a simulated runtime; choose from {', '.join(known)}"
+        )
+
+
+def _check_context(reference: str) -> None:
+    """Refuse a ``--context`` that a worker could not import and call, saying what is wrong."""
+    import importlib.util
+
+    module_name, sep, attribute = reference.partition(":")
+    if not sep or not module_name or not attribute:
+        raise LookupError(
+            f"--context {reference!r} is not of the form 'package.module:function' (a function "
+            "returning a context manager, e.g. mypkg.testing:simulate_board)"
+        )
+    try:  # found, not imported: the context runs in the worker only
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError) as error:
+        spec, problem = None, f": {error}"
+    else:
+        problem = ""
+    if spec is None:
+        raise LookupError(
+            f"--context {reference!r}: no module {module_name!r} can be imported here{problem}; "
+            "check its spelling and that its package is installed (or on PYTHONPATH)"
         )
 
 
@@ -82,7 +112,15 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.simulate is not None:
             _check_simulation(args.simulate)
-        report = run_isolated(args.target, args.check, timeout=args.timeout, simulate=args.simulate)
+        if args.context is not None:
+            _check_context(args.context)
+        report = run_isolated(
+            args.target,
+            args.check,
+            timeout=args.timeout,
+            simulate=args.simulate,
+            context=args.context,
+        )
     except (ConformanceError, LookupError) as error:
         print(f"anyaccel conformance: {error}", file=sys.stderr)
         return 2

@@ -26,12 +26,15 @@ from anyaccel.errors import AnyaccelError
 
 __all__ = [
     "CHECKS",
+    "DEVICE_CHECKS",
+    "NO_DEVICE",
     "CheckResult",
     "ConformanceError",
     "ConformanceReport",
     "SkipCheck",
     "describe_exception",
     "load_accelerator",
+    "no_device_reason",
     "prepare",
     "run_conformance",
 ]
@@ -64,6 +67,15 @@ class ConformanceReport:
     results: tuple[CheckResult, ...] = field(default_factory=tuple)
 
     @property
+    def no_device(self) -> str | None:
+        """Why no device was exercised (the device checks were skipped), or ``None``."""
+        for result in self.results:
+            first = result.messages[0] if result.messages else ""
+            if result.status == "skipped" and first.startswith(NO_DEVICE):
+                return first
+        return None
+
+    @property
     def passed(self) -> bool:
         """Whether no check failed (skipped checks do not count against it)."""
         return not self.failures
@@ -75,11 +87,13 @@ class ConformanceReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data, for JSON."""
-        return {**asdict(self), "passed": self.passed}
+        return {**asdict(self), "passed": self.passed, "no_device": self.no_device}
 
     def format(self) -> str:
         """The report as text: one line per check, failures and skip reasons indented below."""
         lines = [f"conformance of {self.target} (accelerator {self.accelerator!r})"]
+        if self.no_device is not None:
+            lines.append(f"NO DEVICE: {self.no_device}")
         width = max((len(r.name) for r in self.results), default=0)
         for result in self.results:
             lines.append(f"  {result.status.upper():<7} {result.name:<{width}}")
@@ -130,6 +144,59 @@ def describe_exception(error: BaseException, what: str) -> str:
     return f"{what} raised {type(error).__name__}: {error}"
 
 
+def _first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message, whole (never cut mid-word)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+#: Checks that need a device of the accelerator's type; skipped when it has none.
+DEVICE_CHECKS = frozenset(
+    {"return_types", "device_strings", "rng_state", "streams_and_events", "memory", "tensor_types"}
+)
+#: How the skip reason of a device check begins when the accelerator has no device.
+NO_DEVICE = "no device was exercised"
+
+
+def no_device_reason(acc: Any) -> str | None:
+    """Why the device checks cannot run (``device_count()`` is 0), or ``None``.
+
+    A ``device_count()`` that raises or exits is left to the checks, which report it.
+    """
+    try:
+        count = acc.device_count()
+    except (Exception, SystemExit):
+        return None
+    if _is_int(count) and count == 0:
+        return (
+            f"{NO_DEVICE}: device_count() is 0, so the device checks were skipped; run the kit "
+            "where a device is visible (or in a simulated runtime with device_count >= 1)"
+        )
+    return None
+
+
+def _device_context_index(value: object) -> int | None:
+    """The index of a ``torch.cuda.device``-style context (DeepSpeed's MLU and SDAA accelerators
+    answer ``device()`` with one), or ``None`` for anything else."""
+    index = getattr(value, "idx", None)
+    entered = callable(getattr(value, "__enter__", None))
+    return index if entered and _is_int(index) else None
+
+
+def _is_device(value: object) -> bool:
+    return isinstance(value, torch.device) or _device_context_index(value) is not None
+
+
+def _is_deepspeed_builder(cls: object) -> bool:
+    """Whether ``cls`` is one of DeepSpeed's op builders (its ``OpBuilder`` in the bases)."""
+    return inspect.isclass(cls) and any(
+        base.__name__ == "OpBuilder"
+        and base.__module__.split(".")[-1] == "builder"
+        and "op_builder" in base.__module__
+        for base in cls.__mro__
+    )
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -145,7 +212,7 @@ def _can_allocate(acc: Any) -> tuple[bool, str]:
     except Exception as error:
         return False, (
             f"torch cannot allocate on {str(acc.device())!r} in this process "
-            f"({type(error).__name__}: {str(error)[:100]}); a simulated runtime has no memory"
+            f"({type(error).__name__}: {_first_line(error)}); a simulated runtime has no memory"
         )
     return True, ""
 
@@ -160,6 +227,16 @@ def check_contract_members(acc: Any) -> list[str]:
     found.expect(not missing, f"missing members: {', '.join(missing)}")
     name = getattr(acc, "_name", None)
     found.expect(isinstance(name, str) and bool(name), f"_name is {name!r}, not a non-empty str")
+    if found.messages:
+        return found.messages
+    from anyaccel.plugins import plugin_name_problem
+    from anyaccel.registry import builtin_names
+
+    ok, problem = found.call(
+        "the plugin name rule", lambda: plugin_name_problem(acc, builtin_names())
+    )
+    if ok and problem is not None:  # the verdict detection and set_accelerator give
+        found.messages.append(problem)
     return found.messages
 
 
@@ -194,7 +271,7 @@ _RETURN_KINDS: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = 
     (("supported_dtypes",), _is_dtype_list, "a list of dtypes"),
     (("random",), lambda v: isinstance(v, types.ModuleType), "module"),
     (("get_compile_backend",), lambda v: v is None or isinstance(v, str), "str or None"),
-    (("device",), lambda v: isinstance(v, torch.device), "torch.device"),
+    (("device",), lambda v: _is_device(v), "torch.device (or DeepSpeed's device context)"),
     (("build_extension",), inspect.isclass, "a class"),
 )
 
@@ -246,7 +323,8 @@ def check_device_strings(acc: Any) -> list[str]:
             )
         made = acc.device(index)
         found.expect(
-            isinstance(made, torch.device) and made == device,
+            (isinstance(made, torch.device) and made == device)
+            or _device_context_index(made) == index,
             f"device({index}) is {made!r}; want torch.device({name!r})",
         )
     current = acc.current_device_name()
@@ -506,7 +584,10 @@ def check_compile_backend(acc: Any) -> list[str]:
 
 
 def check_op_builders(acc: Any) -> list[str]:
-    """Op-builder lookups answer a class, an instance or ``None``; unknown names give ``None``."""
+    """Op-builder lookups answer a class, an instance or ``None``; unknown names give ``None``.
+
+    DeepSpeed's op builders count as op builders, and its ``NotImplementedBuilder`` as ``None``.
+    """
     import importlib.util
 
     from anyaccel.ops.builder import OpBuilder
@@ -524,15 +605,20 @@ def check_op_builders(acc: Any) -> list[str]:
         ok, value = found.call(
             f"{method}({bogus!r})", functools.partial(getattr(acc, method), bogus)
         )
+        # DeepSpeed's own accelerators answer an unknown name with their NotImplementedBuilder.
+        not_implemented = getattr(value, "NAME", None) == "deepspeed_not_implemented"
         if ok:
-            found.expect(value is None, f"{method}({bogus!r}) returned {_kind(value)}; want None")
+            found.expect(
+                value is None or not_implemented,
+                f"{method}({bogus!r}) returned {_kind(value)}; want None",
+            )
     for name in known_builder_names():
         ok, cls = found.call(
             f"get_op_builder({name!r})", functools.partial(acc.get_op_builder, name)
         )
         if ok and cls is not None:
             found.expect(
-                inspect.isclass(cls) and issubclass(cls, OpBuilder),
+                inspect.isclass(cls) and (issubclass(cls, OpBuilder) or _is_deepspeed_builder(cls)),
                 f"get_op_builder({name!r}) returned {_kind(cls)}; want an OpBuilder class",
             )
     return found.messages
@@ -603,6 +689,12 @@ def load_accelerator(target: object) -> tuple[Any, str]:
                 describe_exception(error, f"creating {label}") + "; the kit needs an "
                 "accelerator that can be created here (use a simulated runtime without hardware)"
             ) from error
+    settle = getattr(target, "_settle", None)
+    if callable(settle):  # base state a skipped super().__init__() left unmade: made now
+        try:
+            settle()
+        except (Exception, SystemExit) as error:
+            raise ConformanceError(describe_exception(error, f"handing over {label}")) from error
     return target, str(label)
 
 
@@ -630,6 +722,10 @@ def run_conformance(target: object, checks: Iterable[str] | None = None) -> Conf
 def run_check(accelerator: Any, name: str) -> CheckResult:
     """Run the check called ``name``; an unexpected exception is a failure, not a crash."""
     start = time.perf_counter()
+    if name in DEVICE_CHECKS:
+        reason = no_device_reason(accelerator)
+        if reason is not None:
+            return CheckResult(name, "skipped", (reason,), time.perf_counter() - start)
     try:
         messages = CHECKS[name](accelerator)
     except SkipCheck as skip:

@@ -152,3 +152,13 @@ def test_device_properties_carry_name_memory_and_capability() -> None:
     props = module.get_device_properties(0)
     assert (props.name, props.total_memory, props.major, props.minor) == ("H", 80 * MiB, 9, 0)
     assert module.get_device_capability() == (9, 0)
+
+
+def test_with_no_device_the_generator_calls_fail_as_the_real_runtime_does() -> None:
+    module = SimulatedDeviceModule(device_count=0)
+    module.manual_seed(3)  # lazy in the real runtime: nothing to seed, no error
+    for call in (module.initial_seed, module.get_rng_state):
+        with pytest.raises(RuntimeError, match="No CUDA devices are available"):
+            call()
+    with pytest.raises(RuntimeError, match="No CUDA devices are available"):
+        module.set_rng_state(torch.get_rng_state())

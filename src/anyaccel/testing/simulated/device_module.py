@@ -116,6 +116,25 @@ class _HostRuntime:
         return 0 if self.registered.pop(address, None) is not None else 1
 
 
+class SimulatedDeviceContext:
+    """The ``torch.cuda.device`` context: ``idx`` is the device (-1 for ``None``, a no-op)."""
+
+    def __init__(self, module: SimulatedDeviceModule, device: Any) -> None:
+        self._module = module
+        self.idx = -1 if device is None else module._index(device)
+        self.prev_idx = -1
+
+    def __enter__(self) -> SimulatedDeviceContext:
+        if self.idx >= 0:
+            self.prev_idx = self._module.current_device()
+            self._module.set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.idx >= 0:
+            self._module.set_device(self.prev_idx)
+
+
 class SimulatedDeviceModule(types.ModuleType):
     """A ``torch.cuda``-shaped device module for ``device_count`` simulated devices."""
 
@@ -191,6 +210,15 @@ class SimulatedDeviceModule(types.ModuleType):
                 object.__setattr__(self, "initialized", True)
         return value
 
+    def _generator(self, device: Any) -> torch.Generator:
+        """The device's generator; with no device, the RuntimeError the real runtime raises."""
+        if not self._count:
+            raise RuntimeError(
+                f"No {self.device_type.upper()} devices are available (the simulated runtime "
+                "has device_count=0)"
+            )
+        return self.default_generators[self._index(device)]
+
     def _index(self, device: Any = None) -> int:
         if device is None:
             return self._current
@@ -232,6 +260,10 @@ class SimulatedDeviceModule(types.ModuleType):
     def set_device(self, device: Any) -> None:
         self._current = self._index(device)
 
+    def device(self, device: Any) -> SimulatedDeviceContext:
+        """``torch.cuda.device(idx)``: a context that makes ``idx`` current, then restores it."""
+        return SimulatedDeviceContext(self, device)
+
     def synchronize(self, device: Any = None) -> None:
         self._index(device)
 
@@ -269,23 +301,25 @@ class SimulatedDeviceModule(types.ModuleType):
 
     # ------------------------------------------------------------ RNG
     def get_rng_state(self, device: Any = "cuda") -> torch.Tensor:
-        return self.default_generators[self._index(device)].get_state()
+        return self._generator(device).get_state()
 
     def set_rng_state(self, new_state: torch.Tensor, device: Any = "cuda") -> None:
-        self.default_generators[self._index(device)].set_state(new_state)
+        self._generator(device).set_state(new_state)
 
     def manual_seed(self, seed: int) -> None:
-        self.default_generators[self._current].manual_seed(int(seed))
+        if self._count:  # the real call is lazy: with no device it seeds nothing, silently
+            self._generator(None).manual_seed(int(seed))
 
     def manual_seed_all(self, seed: int) -> None:
         for generator in self.default_generators:
             generator.manual_seed(int(seed))
 
     def seed(self) -> None:
-        self.default_generators[self._current].seed()
+        if self._count:
+            self._generator(None).seed()
 
     def initial_seed(self) -> int:
-        return int(self.default_generators[self._current].initial_seed())
+        return int(self._generator(None).initial_seed())
 
     # ------------------------------------------------------------ streams
     def current_stream(self, device: Any = None) -> SimulatedStream:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +31,19 @@ class SimulatedHpuModule(SimulatedDeviceModule):
 
     def synchronize(self) -> None:  # type: ignore[override]
         return None
+
+    @property
+    def random(self) -> types.SimpleNamespace:
+        """``habana_frameworks.torch.hpu.random``: the generator functions, as Gaudi has them."""
+        return types.SimpleNamespace(
+            default_generators=self.default_generators,
+            get_rng_state=self.get_rng_state,
+            set_rng_state=self.set_rng_state,
+            manual_seed=self.manual_seed,
+            manual_seed_all=self.manual_seed_all,
+            initial_seed=self.initial_seed,
+            seed=self.seed,
+        )
 
     def current_stream(self) -> SimulatedStream:  # type: ignore[override]
         return SimulatedStream(device=self._current)

@@ -81,6 +81,9 @@ def package_module(name: str, **attributes: Any) -> types.ModuleType:
     module = types.ModuleType(name)
     module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin="simulated")
     module.__path__ = []
+    # An installed package has a file; vendor code finds its headers beside it (DeepSpeed's
+    # NPU op builders read torch_npu.__file__). Nothing is there: it only has to be a path.
+    module.__file__ = f"/simulated/site-packages/{name.replace('.', '/')}/__init__.py"
     for key, value in attributes.items():
         setattr(module, key, value)
     return module
