@@ -73,7 +73,7 @@ def test_cpu_only_machine_falls_back_to_cpu_with_a_warning() -> None:
     ):
         acc = anyaccel.get_accelerator()
     assert acc._name == "cpu"
-    assert "cuda" in str(record[0].message)
+    assert "anyaccel report" in str(record[0].message)  # where the details are
     report = anyaccel.detection_report()
     names = [p.name for p in report.probes]
     assert names[-1] == "cpu" and report.probes[-1].decision == "selected"
