@@ -147,13 +147,17 @@ def test_the_getting_started_script_runs_alone_and_under_torchrun(tmp_path: Path
     assert alone.returncode == 0, alone.stderr[-3000:]
     assert re.search(r"^rank 0/1 on cpu: loss \d", alone.stdout, re.MULTILINE), alone.stdout
     assert "peak process resident memory" in alone.stdout
+    del env["DS_ACCELERATOR"]  # detected, as a newcomer runs it: the CPU fallback warns once
     launched = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
          "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(script)],
         capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env,
     )  # fmt: skip
     assert launched.returncode == 0, launched.stdout[-2000:] + launched.stderr[-3000:]
-    assert sorted(re.findall(r"^rank (\d)/2 on cpu", launched.stdout, re.MULTILINE)) == ["0", "1"]
+    ranks = re.findall(r"^rank (\d)/2 on (\w+)", launched.stdout, re.MULTILINE)
+    assert sorted(rank for rank, _ in ranks) == ["0", "1"], launched.stdout
+    fell_back = ranks[0][1] == "cpu"
+    assert launched.stderr.count("CpuFallbackWarning") == int(fell_back), launched.stderr[-3000:]
 
 
 # ------------------------------------------------------------------ docs/hooks.py
