@@ -137,3 +137,17 @@ def test_examples_hand_torch_the_device_type_of_every_simulated_backend() -> Non
         assert not wrong, f"on {name} (tensors on {run['expected']!r}) the examples gave {wrong}"
         apis = {api for api, kind in run["seen"] if kind == run["expected"]}
         assert {"torch.autocast", "GradScaler", "Module.to", "Tensor.to"} <= apis, (name, apis)
+
+
+def test_ddp_example_runs_as_one_plain_process() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "ddp_train.py"), "--steps", "5"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**env, "DS_ACCELERATOR": "cpu"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "step    5  loss" in result.stdout
+    assert "done: 1 process on cpu (not launched: no DDP)" in result.stdout
