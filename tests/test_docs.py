@@ -160,7 +160,7 @@ def test_the_getting_started_script_runs_alone_and_under_torchrun(
         capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env,
     )  # fmt: skip
     assert launched.returncode == 0, launched.stdout[-2000:] + launched.stderr[-3000:]
-    ranks = re.findall(r"^rank (\d)/2 on (\w+)", launched.stdout, re.MULTILINE)
+    ranks = re.findall(r"rank (\d)/2 on (\w+)", launched.stdout)  # two writers: lines may mix
     assert sorted(rank for rank, _ in ranks) == ["0", "1"], launched.stdout
     assert launched.stderr.count("CpuFallbackWarning") == int(fell_back), launched.stderr[-3000:]
 
