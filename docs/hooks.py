@@ -1,46 +1,44 @@
-"""mkdocs hooks: a nav that lists only written pages, and links out of docs/ made readable.
+"""mkdocs hooks: every nav page must exist, and links out of docs/ are made readable.
 
-Pages are written by several people; the nav in mkdocs.yml lists every page the site should
-have, and an entry whose file does not exist yet is left out (logged) instead of failing
-``mkdocs build --strict``. A relative link that leaves docs/ (``../examples/foo/``) cannot
-resolve on the site, so it becomes the path in the source tree, as code.
+The nav in mkdocs.yml lists every page the site has; an entry whose file is missing (a page
+renamed or lost in a change) stops the build with an error naming it, in every mode, so
+``mkdocs build --strict`` cannot pass without a page. A relative link that leaves docs/
+(``../examples/foo/``) cannot resolve on the site, so it becomes the path in the source tree,
+as code.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("mkdocs.hooks.anyaccel")
+from mkdocs.exceptions import PluginError
 
 # [text](../path) where the target leaves docs/; not images, not absolute URLs.
 _OUTSIDE_LINK = re.compile(r"(?<!!)\[([^\]]+)\]\((\.\./[^)\s#]+)(#[^)\s]*)?\)")
 
 
-def _keep_written(entries: list[Any], docs_dir: Path) -> list[Any]:
-    kept: list[Any] = []
+def missing_pages(entries: list[Any], docs_dir: Path) -> list[str]:
+    """``'Title (page.md)'`` for each nav entry, at any depth, whose page is not in docs_dir."""
+    missing: list[str] = []
     for entry in entries:
-        if isinstance(entry, dict):
-            (title, target), *_ = entry.items()
-            if isinstance(target, list):
-                children = _keep_written(target, docs_dir)
-                if children:
-                    kept.append({title: children})
-            elif "://" in str(target) or (docs_dir / str(target)).is_file():
-                kept.append(entry)
-            else:
-                log.info("nav: %r (%s) is not written yet; left out", title, target)
-        elif "://" in str(entry) or (docs_dir / str(entry)).is_file():
-            kept.append(entry)
-    return kept
+        title, target = next(iter(entry.items())) if isinstance(entry, dict) else (None, entry)
+        if isinstance(target, list):
+            missing.extend(missing_pages(target, docs_dir))
+        elif "://" not in str(target) and not (docs_dir / str(target)).is_file():
+            missing.append(f"{title!r} ({target})" if title else str(target))
+    return missing
 
 
 def on_config(config: Any) -> Any:
-    """Drop nav entries whose page does not exist."""
-    if config["nav"]:
-        config["nav"] = _keep_written(config["nav"], Path(config["docs_dir"]))
+    """Refuse to build when a nav entry's page does not exist."""
+    missing = missing_pages(config["nav"] or [], Path(config["docs_dir"]))
+    if missing:
+        raise PluginError(
+            f"mkdocs.yml's nav lists pages that are not in {config['docs_dir']}: "
+            f"{', '.join(missing)}. Write the page, fix its path, or remove the nav entry."
+        )
     return config
 
 

@@ -35,8 +35,12 @@ def main(steps: int = 20) -> float:
         acc = get_accelerator()
     report = detection_report()
     device = acc.current_device_name()  # 'cuda:0', 'npu:0', 'cpu': a string, not an index
+    device_type = acc.device_name()  # the torch device type: 'cuda' on Kunlunxin XPUs too
     dtype = training_dtype(acc.supported_dtypes())
-    print(f"accelerator: {acc._name} ({report.how}), device {device}, {acc.device_count()} visible")
+    print(
+        f"accelerator: {report.accelerator} ({report.how}), device {device}, "
+        f"{acc.device_count()} visible"
+    )
     print(
         f"dtype: {str(dtype).removeprefix('torch.')} (supported: "
         f"{', '.join(str(d).removeprefix('torch.') for d in acc.supported_dtypes())})"
@@ -46,7 +50,7 @@ def main(steps: int = 20) -> float:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 1)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    scaler = torch.amp.GradScaler(acc._name, enabled=dtype == torch.float16)
+    scaler = torch.amp.GradScaler(device_type, enabled=dtype == torch.float16)
     inputs = torch.randn(1024, 256, device=device)
     targets = inputs @ torch.randn(256, 1, device=device) * 0.1
 
@@ -54,7 +58,7 @@ def main(steps: int = 20) -> float:
     loss = torch.tensor(0.0)
     for step in range(1, steps + 1):
         autocast = (
-            torch.autocast(device_type=acc._name, dtype=dtype)
+            torch.autocast(device_type=device_type, dtype=dtype)
             if dtype != torch.float32
             else contextlib.nullcontext()
         )
@@ -68,8 +72,8 @@ def main(steps: int = 20) -> float:
             print(f"step {step:3d}  loss {loss.item():.5f}")
     acc.synchronize()
 
-    print(
-        f"memory: {acc.memory_allocated() / MIB:.1f} MiB allocated, "
+    print(  # the CPU counts the whole process, a device runtime its tensors: say which
+        f"memory ({acc.memory_measure()}): {acc.memory_allocated() / MIB:.1f} MiB now, "
         f"peak {acc.max_memory_allocated() / MIB:.1f} MiB, "
         f"{acc.available_memory() / MIB:.0f} of {acc.total_memory() / MIB:.0f} MiB available"
     )

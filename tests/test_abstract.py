@@ -216,3 +216,30 @@ def test_pin_empty_like_keeps_the_shape_and_takes_a_new_dtype() -> None:
     made = Pinning().pin_empty_like(torch.ones(4, 2, dtype=torch.int8), dtype=torch.float64)
     assert made.shape == (4, 2) and made.dtype == torch.float64
     assert Pinning().pin_empty_like(torch.ones(3, dtype=torch.int8)).dtype == torch.int8
+
+
+def test_pin_memory_applies_follows_what_pinning_does() -> None:
+    from anyaccel.backends.cpu import CpuAccelerator
+    from anyaccel.backends.cuda import CudaAccelerator
+    from anyaccel.testing.simulated import simulate_cuda, simulate_mps
+
+    cpu = CpuAccelerator()
+    tensor = torch.ones(4)
+    assert cpu.pin_memory_applies() is False
+    assert cpu.pin_memory(tensor) is tensor  # what False promises: pinning is a no-op
+    with simulate_cuda(device_count=1):
+        assert CudaAccelerator().pin_memory_applies() is True
+    from anyaccel.backends.mps import MpsAccelerator
+
+    with simulate_mps():
+        assert MpsAccelerator().pin_memory_applies() is False  # unified memory
+
+
+def test_memory_measure_names_what_memory_allocated_counts() -> None:
+    from anyaccel.backends.cpu import CpuAccelerator
+    from anyaccel.backends.cuda import CudaAccelerator
+    from anyaccel.testing.simulated import simulate_cuda
+
+    assert CpuAccelerator().memory_measure() == "process resident memory"
+    with simulate_cuda(device_count=1):
+        assert CudaAccelerator().memory_measure() == "tensor memory"

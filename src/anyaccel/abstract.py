@@ -153,7 +153,13 @@ class Accelerator(abc.ABC):
 
     # ------------------------------------------------------------------ device
     def device_name(self, device_index: int | None = None) -> str:
-        """The device string: ``'cuda'`` for the type, ``'cuda:1'`` for one device."""
+        """The device string: ``'cuda'`` for the type, ``'cuda:1'`` for one device.
+
+        With no index it is the torch device type of this accelerator's tensors, which is
+        what ``torch.autocast(device_type=...)``, ``torch.amp.GradScaler(...)``,
+        ``torch.device(...)`` and ``map_location=`` want. It is not always ``_name``: Kunlunxin
+        XPUs (``klxpu``) keep their tensors on the ``cuda`` device type.
+        """
         if device_index is None:
             return self._name
         return f"{self._name}:{device_index}"
@@ -244,7 +250,15 @@ class Accelerator(abc.ABC):
 
     @abc.abstractmethod
     def memory_allocated(self, device_index: int | None = None) -> int:
-        """Bytes occupied by live tensors (or the process, where that is all one can see)."""
+        """Bytes occupied by live tensors (or the process, where that is all one can see).
+
+        Device runtimes count their tensors' bytes; the CPU counts the whole process's
+        resident memory. :meth:`memory_measure` says which, in words fit for a report.
+        """
+
+    def memory_measure(self) -> str:
+        """What :meth:`memory_allocated` counts here, e.g. ``'tensor memory'``, for labels."""
+        return "tensor memory"
 
     @abc.abstractmethod
     def max_memory_allocated(self, device_index: int | None = None) -> int:
@@ -399,6 +413,15 @@ class Accelerator(abc.ABC):
     def _can_pin(self) -> bool:
         """Whether this backend can page-lock host memory in this process."""
         return self.is_available()
+
+    def pin_memory_applies(self) -> bool:
+        """Whether pinning host memory speeds copies to this accelerator in this process.
+
+        The value to hand to ``DataLoader(..., pin_memory=...)``: ``False`` on the CPU (no
+        device to copy to) and on unified-memory devices, where :meth:`pin_memory` returns
+        the tensor as it is.
+        """
+        return self._can_pin()
 
     def pin_empty(
         self,

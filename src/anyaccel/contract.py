@@ -30,7 +30,8 @@ ANYACCEL_ADDITIONS: frozenset[str] = frozenset(
     {
         "prefer_triton_grouped_mm", "is_fp64_supported", "unpin_memory", "pin_empty",
         "pin_empty_like", "pin_memory_alignment", "register_host_memory",
-        "unregister_host_memory", "amp", "is_current_stream_capturing",
+        "unregister_host_memory", "amp", "is_current_stream_capturing", "pin_memory_applies",
+        "memory_measure",
     }
 )  # fmt: skip
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -427,19 +428,40 @@ def _detect_once(api: str) -> tuple[Accelerator, DetectionReport]:
         if choice is None:
             accelerator, report = detect_accelerator()
             if report.how == HowChosen.DETECTED and report.accelerator == "cpu":
-                _warn_cpu_fallback(report)
+                _warn_cpu_fallback()
             choice = _choice = (accelerator, report)
             _accelerator = accelerator
         return choice
 
 
-def _warn_cpu_fallback(report: DetectionReport) -> None:
-    passed = [p.candidate for p in report.probes if p.decision == Decision.PASSED_OVER]
+#: Rank variables launchers set (torchrun, Open MPI, Intel MPI/MPICH, Slurm), job-wide then
+#: per node: the CPU fallback is reported by the job's first process only.
+_RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+_LOCAL_RANK_VARIABLES = (
+    "LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "SLURM_LOCALID",
+)
+
+
+def _first_process_of_job() -> bool:
+    """Whether this process is rank 0 (or local rank 0 when only that is known, or unlaunched)."""
+    for names in (_RANK_VARIABLES, _LOCAL_RANK_VARIABLES):
+        for name in names:
+            value = os.environ.get(name, "").strip()
+            if value:
+                return not value.isdigit() or int(value) == 0  # a garbled rank still warns
+    return True
+
+
+def _warn_cpu_fallback() -> None:
+    """One short line, from the job's first process: what was chosen and how to silence it."""
+    if not _first_process_of_job():
+        return
     warnings.warn(
-        "anyaccel found no accelerator and is using the CPU "
-        f"(probed: {', '.join(passed) or 'nothing else'}). To force a backend, set "
-        f"{FORCE_ENV} to one of: {', '.join(SUPPORTED_ACCELERATOR_LIST)}. "
-        "Run `anyaccel report` to see why each was passed over.",
+        f"anyaccel found no accelerator and uses the CPU; set {FORCE_ENV}=cpu to choose it "
+        "and silence this, or run `anyaccel report` to see why each backend was passed over",
         CpuFallbackWarning,
         stacklevel=4,
     )

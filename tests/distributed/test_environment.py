@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from anyaccel.distributed import DistributedSetupError, launch_info
+from anyaccel.distributed import DistributedSetupError, is_launched, launch_info
 from anyaccel.distributed.environment import LAUNCHERS
 
 
@@ -198,3 +198,12 @@ def test_random_environments_give_a_consistent_result_or_a_clear_error(
     assert 0 <= result.local_rank < result.local_world_size <= result.world_size
     assert 1 <= result.master_port <= 65535
     assert result.master_addr
+
+
+def test_is_launched_answers_was_i_launched() -> None:
+    assert is_launched({}) is False
+    assert is_launched({"PATH": "/usr/bin"}) is False
+    assert is_launched({"RANK": "1", "WORLD_SIZE": "2"}) is True
+    assert is_launched({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) is True
+    with pytest.raises(DistributedSetupError, match="WORLD_SIZE is missing"):
+        is_launched({"RANK": "0"})  # half set: an error naming the gap, not a silent "no"

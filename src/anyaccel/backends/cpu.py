@@ -192,12 +192,16 @@ class CpuAccelerator(Accelerator):
         return int(match.group(1)) * 1024 if match else None
 
     def memory_allocated(self, device_index: int | None = None) -> int:
-        """The process's resident set size in bytes."""
+        """The process's resident set size in bytes: the interpreter and torch, not only tensors."""
         import psutil
 
         rss = int(psutil.Process().memory_info().rss)
         self._peak_rss_fallback = max(self._peak_rss_fallback, rss)
         return rss
+
+    def memory_measure(self) -> str:
+        """``'process resident memory'``: the CPU cannot tell tensor bytes from the rest."""
+        return "process resident memory"
 
     def max_memory_allocated(self, device_index: int | None = None) -> int:
         """Peak resident set size since start or the last reset."""

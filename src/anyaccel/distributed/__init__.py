@@ -1,6 +1,7 @@
 """Distributed helpers on ``torch.distributed`` for whatever accelerator is in use.
 
-- ``environment``: ``launch_info()`` reads what torchrun, Open MPI, Intel MPI/MPICH or Slurm set;
+- ``environment``: ``launch_info()`` reads what torchrun, Open MPI, Intel MPI/MPICH or Slurm set,
+  and ``is_launched()`` says whether any of them started this process;
 - ``process_group``: ``init_distributed()`` joins the job's process group on the
   accelerator's backend;
 - ``devices``: ``assign_visible_devices()`` writes a launcher's per-node device list into an
@@ -30,6 +31,7 @@ from anyaccel.distributed.environment import (
     DEFAULT_MASTER_PORT,
     LAUNCHERS,
     LaunchInfo,
+    is_launched,
     launch_info,
 )
 from anyaccel.distributed.errors import CollectiveError, DistributedSetupError
@@ -52,6 +54,7 @@ __all__ = [
     "current_binding",
     "ddp_comm_hook",
     "init_distributed",
+    "is_launched",
     "launch_info",
     "parse_core_list",
     "plan_core_binding",

@@ -2,7 +2,8 @@
 
 torchrun (and DeepSpeed, accelerate), Open MPI, Intel MPI/MPICH and Slurm each name rank, world
 size, local rank and local size differently; ``launch_info()`` reads whichever launcher is
-complete, strictly, and names the variable when one is missing or inconsistent.
+complete, strictly, and names the variable when one is missing or inconsistent;
+``is_launched()`` answers "was I launched?" so one script runs alone and under a launcher.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ __all__ = [
     "LAUNCHERS",
     "LaunchInfo",
     "LauncherVariables",
+    "is_launched",
     "launch_info",
 ]
 
@@ -110,6 +112,24 @@ def _port(env: Mapping[str, str]) -> int:
             f"1..65535 (default {DEFAULT_MASTER_PORT})"
         )
     return port
+
+
+def is_launched(env: Mapping[str, str] | None = None) -> bool:
+    """Whether a launcher (torchrun, mpirun, srun...) started this process as part of a job.
+
+    ``False`` when no launcher variable is set: the script runs as one plain process and
+    should not call ``init_distributed()``. Raises ``DistributedSetupError`` naming the
+    missing variable when a launcher's variables are only half set.
+    """
+    env = os.environ if env is None else env
+    if not any(
+        name in env
+        for names in LAUNCHERS
+        for name in (names.rank, names.world_size, names.local_rank)
+    ):
+        return False
+    _find_launcher(env)  # raises for a half-set launcher instead of guessing
+    return True
 
 
 def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
