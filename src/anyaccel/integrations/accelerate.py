@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from anyaccel.errors import AcceleratorError
+from anyaccel.errors import AcceleratorError, AnyaccelWarning
 
 if TYPE_CHECKING:
     from anyaccel.abstract import Accelerator
@@ -148,7 +148,7 @@ class NoDistributedTypeError(AccelerateIntegrationError):
     """A multi-process job on a device accelerate has no ``DistributedType`` (or path) for."""
 
 
-class TransformersDeviceWarning(UserWarning):
+class TransformersDeviceWarning(AnyaccelWarning):
     """transformers' own single-process device chain will pick another device than anyaccel."""
 
 
