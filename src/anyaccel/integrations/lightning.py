@@ -265,7 +265,7 @@ def _checked_precision(precision: str, accelerator: AnyaccelAccelerator) -> str:
     return device_type
 
 
-def _accelerator_classes() -> tuple[type, ...]:
+def _accelerator_classes() -> tuple[type[Any], ...]:
     """Every package's ``AnyAccelerator``."""
     return tuple(side.accelerator for side in _SIDES)
 
@@ -273,7 +273,7 @@ def _accelerator_classes() -> tuple[type, ...]:
 def _anyaccel_of(lightning_accelerator: object) -> AnyaccelAccelerator:
     """The anyaccel accelerator behind any package's ``AnyAccelerator`` (else the selected one)."""
     if isinstance(lightning_accelerator, _accelerator_classes()):
-        backend: AnyaccelAccelerator = getattr(lightning_accelerator, "anyaccel")()  # noqa: B009
+        backend: AnyaccelAccelerator = lightning_accelerator.anyaccel()
         return backend
     return _default_accelerator()
 
