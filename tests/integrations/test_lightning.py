@@ -576,3 +576,37 @@ def test_standalone_trainer_picks_its_own_ddp_and_precision(integration: Any) ->
             accelerator="anyaccel", devices=2, strategy=pytorch_lightning.strategies.DDPStrategy(),
             logger=False,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("api", "given", "words"),
+    [
+        ("pytorch_lightning.Trainer", "accelerator", ["LIGHTNING.AnyAccelerator is", "'lightning'",
+         "PYTORCH_LIGHTNING.AnyAccelerator instead"]),
+        ("lightning.Trainer", "strategy", ["PYTORCH_LIGHTNING.AnyDDPStrategy is",
+         "'pytorch_lightning'", "a lightning.pytorch.Trainer",
+         "lightning.LIGHTNING.AnyDDPStrategy instead"]),
+        ("lightning_fabric.Fabric", "plugins", ["LIGHTNING.AnyFabricMixedPrecision is",
+         "a lightning_fabric.Fabric", "PYTORCH_LIGHTNING.AnyFabricMixedPrecision instead"]),
+    ],
+)  # fmt: skip
+def test_another_packages_anyaccel_instance_is_refused_by_name(
+    api: str, given: str, words: list[str], integration: Any
+) -> None:
+    import importlib
+
+    module_name, _, name = api.rpartition(".")
+    build = getattr(importlib.import_module(module_name), name)
+    other = integration.LIGHTNING if module_name != "lightning" else integration.PYTORCH_LIGHTNING
+    value = {
+        "accelerator": lambda: other.AnyAccelerator(),
+        "strategy": lambda: other.AnyDDPStrategy(),
+        "plugins": lambda: [other.AnyFabricMixedPrecision("bf16-mixed")],
+    }[given]()
+    arguments = {"accelerator": "anyaccel", given: value}
+    if name == "Trainer":
+        arguments["logger"] = False
+    with pytest.raises(integration.LightningSetupError) as caught:
+        build(**arguments)
+    for word in words:
+        assert word in str(caught.value), str(caught.value)

@@ -333,6 +333,17 @@ class Flavour:
     AnyFabricMixedPrecision: type[Any]  #: Fabric's 16-mixed/bf16-mixed plugin
     _sides: tuple[_Side, _Side] = field(repr=False, compare=False)
 
+    def _classes(self) -> tuple[type[Any], ...]:
+        return (
+            self.AnyAccelerator,
+            self.AnySingleDeviceStrategy,
+            self.AnyDDPStrategy,
+            self.AnyMixedPrecision,
+            self.AnyFabricSingleDeviceStrategy,
+            self.AnyFabricDDPStrategy,
+            self.AnyFabricMixedPrecision,
+        )
+
 
 @dataclass(frozen=True)
 class _Side:
@@ -647,17 +658,6 @@ def _build(package: str, version: str) -> Flavour:
             device = _checked_precision(precision, accelerator or _default_accelerator())
             super().__init__(precision, device, scaler)
 
-    classes: list[type] = [
-        AnyAccelerator,
-        AnySingleDeviceStrategy,
-        AnyDDPStrategy,
-        AnyMixedPrecision,
-        AnyFabricSingleDeviceStrategy,
-        AnyFabricDDPStrategy,
-        AnyFabricMixedPrecision,
-    ]
-    for built in classes:  # pickle finds each class as `<this module>.LIGHTNING.<name>`
-        built.__qualname__ = f"{_ATTRIBUTES[package]}.{built.__name__}"
     sides = (
         _Side(
             trainer=True,
@@ -686,7 +686,7 @@ def _build(package: str, version: str) -> Flavour:
             accelerator=AnyAccelerator,
         ),
     )
-    return Flavour(
+    flavour = Flavour(
         name=package,
         trainer_package=trainer_package,
         fabric_package=fabric_package,
@@ -700,6 +700,9 @@ def _build(package: str, version: str) -> Flavour:
         AnyFabricMixedPrecision=AnyFabricMixedPrecision,
         _sides=sides,
     )
+    for built in flavour._classes():  # pickle finds each as `<this module>.LIGHTNING.<name>`
+        built.__qualname__ = f"{_ATTRIBUTES[package]}.{built.__name__}"
+    return flavour
 
 
 # ====================================================================== the placement check
@@ -762,6 +765,44 @@ def _side_of(connector: Any) -> _Side:
     )
 
 
+def _package_of(value: object) -> Flavour | None:
+    """The package whose anyaccel class ``value`` is an instance of (None: no anyaccel class)."""
+    for flavour in FLAVOURS.values():
+        if isinstance(value, flavour._classes()):
+            return flavour
+    return None
+
+
+def _check_config_and_set_final_flags(
+    original: Callable[..., Any], connector: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """Before Lightning reads the flags: another package's anyaccel instance is an error.
+
+    Lightning would only say the object is no valid accelerator/strategy/plugin.
+    """
+    side = _side_of(connector)
+    given = [*args, *kwargs.values()]
+    given.extend(
+        item for value in list(given) if isinstance(value, (list, tuple)) for item in value
+    )
+    for value in given:
+        owner = _package_of(value)
+        if owner is not None and owner.name != side.package:
+            ours = FLAVOURS[side.package]
+            api = (
+                f"{ours.trainer_package}.Trainer"
+                if side.trainer
+                else f"{ours.fabric_package}.Fabric"
+            )
+            raise LightningSetupError(
+                f"{type(value).__qualname__} is anyaccel's class for the {owner.name!r} package, "
+                f"but this is a {api}. Pass anyaccel.integrations.lightning."
+                f"{_ATTRIBUTES[side.package]}.{type(value).__name__.split('[')[0]} instead, or "
+                f"the name (accelerator='anyaccel', strategy='anyaccel_ddp'...)."
+            )
+    return original(connector, *args, **kwargs)
+
+
 def _uses_anyaccel(side: _Side, connector: Any) -> bool:
     chosen = getattr(connector, "accelerator", None)
     if chosen is None:
@@ -817,11 +858,12 @@ def _lazy_init_strategy(original: Callable[[Any], Any], connector: Any) -> Any:
     return result
 
 
-_CONNECTOR_HOOKS: dict[str, Callable[[Callable[[Any], Any], Any], Any]] = {
+_CONNECTOR_HOOKS: dict[str, Callable[..., Any]] = {
     "_choose_strategy": _choose_strategy,
     "_init_strategy": _init_strategy,
     "_check_and_init_precision": _check_and_init_precision,
     "_lazy_init_strategy": _lazy_init_strategy,
+    "_check_config_and_set_final_flags": _check_config_and_set_final_flags,
 }
 
 
@@ -847,16 +889,18 @@ def _hook_connector(connector_class: type) -> None:
         if getattr(original, "__anyaccel_hook__", None) is hook:
             continue
 
-        def wrapped(
-            self: Any,
-            __original: Callable[[Any], Any] = original,
-            __hook: Callable[[Callable[[Any], Any], Any], Any] = hook,
-        ) -> Any:
-            return __hook(__original, self)
+        setattr(connector_class, name, _wrapped(original, hook))
 
-        functools.update_wrapper(wrapped, original)
-        wrapped.__anyaccel_hook__ = hook  # type: ignore[attr-defined]
-        setattr(connector_class, name, wrapped)
+
+def _wrapped(original: Callable[..., Any], hook: Callable[..., Any]) -> Callable[..., Any]:
+    """``original`` run through ``hook(original, self, ...)``, marked as anyaccel's."""
+
+    @functools.wraps(original)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return hook(original, self, *args, **kwargs)
+
+    wrapped.__anyaccel_hook__ = hook  # type: ignore[attr-defined]
+    return wrapped
 
 
 # ====================================================================== registration
