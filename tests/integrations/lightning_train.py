@@ -32,10 +32,7 @@ import anyaccel.integrations.lightning as integration  # registers "anyaccel"
 
 STEPS = 4
 #: Where each package keeps its Trainer (with ``seed_everything`` and the demos) and its Fabric.
-PACKAGES = {
-    "lightning": ("lightning.pytorch", "lightning.fabric"),
-    "pytorch_lightning": ("pytorch_lightning", "lightning_fabric"),
-}
+PACKAGES = integration.PACKAGES
 SEED = 1234
 
 

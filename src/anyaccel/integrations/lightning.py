@@ -334,6 +334,7 @@ class Flavour:
     _sides: tuple[_Side, _Side] = field(repr=False, compare=False)
 
     def _classes(self) -> tuple[type[Any], ...]:
+        """The seven classes above, in their order."""
         return (
             self.AnyAccelerator,
             self.AnySingleDeviceStrategy,
