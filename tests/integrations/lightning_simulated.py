@@ -1,8 +1,9 @@
 """Lightning on a simulated PrivateUse1 device: where the Trainer and Fabric put things.
 
 Run as ``python lightning_simulated.py``. First, before anything loads Lightning: that
-``import anyaccel`` loads none of it, and that importing the integration without Lightning, or
-with an unsupported version, fails and registers nothing. Then it renames PrivateUse1 to
+``import anyaccel`` loads none of it, and that importing the integration without Lightning
+(neither package; ``pytorch_lightning`` without ``lightning_fabric``), or with an unsupported
+version of either package, fails and registers nothing. Then it renames PrivateUse1 to
 ``mlu`` (as torch_mlu does),
 installs the simulated Cambricon runtime with two devices, selects it with
 ``DS_ACCELERATOR=mlu`` and prints one JSON line of what Lightning built. The simulated
@@ -39,10 +40,30 @@ def bad_installs() -> dict[str, Any]:
     import anyaccel  # noqa: F401
 
     result: dict[str, Any] = {
-        "loaded": sorted(m for m in sys.modules if m.startswith(("lightning", "anyaccel.integ")))
+        "loaded": sorted(
+            m
+            for m in sys.modules
+            if m.startswith(("lightning", "pytorch_lightning", "anyaccel.integ"))
+        )
     }
-    sys.modules["lightning"] = None  # type: ignore[assignment]  # what `import` treats as absent
+    # None in sys.modules is what `import` treats as absent. Neither Lightning package:
+    hidden = ("lightning", "pytorch_lightning", "lightning_fabric")
+    sys.modules.update(dict.fromkeys(hidden))
     result["missing"] = _error(lambda: importlib.import_module("anyaccel.integrations.lightning"))
+    # Only pytorch_lightning, without the lightning_fabric it needs:
+    del sys.modules["pytorch_lightning"]
+    result["no_fabric"] = _error(lambda: importlib.import_module("anyaccel.integrations.lightning"))
+    for name in hidden[1:]:
+        sys.modules.pop(name, None)
+    # The standalone packages out of range, the `lightning` package hidden:
+    real_version = importlib.metadata.version
+    importlib.metadata.version = lambda name: (
+        "2.4.2" if name == "pytorch_lightning" else real_version(name)
+    )
+    result["standalone_too_old"] = _error(
+        lambda: importlib.import_module("anyaccel.integrations.lightning")
+    )
+    importlib.metadata.version = real_version
     del sys.modules["lightning"]
     real_version = importlib.metadata.version
     importlib.metadata.version = lambda name: "2.7.0" if name == "lightning" else real_version(name)
@@ -50,9 +71,16 @@ def bad_installs() -> dict[str, Any]:
     importlib.metadata.version = real_version
     from lightning.pytorch.accelerators import AcceleratorRegistry
     from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
+    from pytorch_lightning.accelerators import AcceleratorRegistry as StandaloneRegistry
+    from pytorch_lightning.trainer.connectors.accelerator_connector import (
+        _AcceleratorConnector as StandaloneConnector,
+    )
 
-    result["registered"] = "anyaccel" in AcceleratorRegistry
-    result["hooked"] = hasattr(_AcceleratorConnector._choose_strategy, "__anyaccel_hook__")
+    result["registered"] = "anyaccel" in AcceleratorRegistry or "anyaccel" in StandaloneRegistry
+    result["hooked"] = any(
+        hasattr(connector._choose_strategy, "__anyaccel_hook__")
+        for connector in (_AcceleratorConnector, StandaloneConnector)
+    )
     result["half_imported"] = "anyaccel.integrations.lightning" in sys.modules
     return result
 

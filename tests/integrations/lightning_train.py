@@ -1,14 +1,19 @@
 """Train Lightning's BoringModel with the Trainer and Fabric, on anyaccel and on Lightning's CPU.
 
-Under ``torchrun --nproc-per-node 2`` (DDP) as ``lightning_train.py OUT_DIR``: each rank
-writes ``OUT_DIR/rank<r>.json``, the final weights of each run (``trainer``/``fabric`` x
-``anyaccel``/``cpu``) and what it ran on. The tests call :func:`train_all` in-process for
-the one-process runs.
+Each run uses one Lightning package: ``lightning`` (``lightning.pytorch``/``lightning.fabric``)
+or the standalone ``pytorch_lightning``/``lightning_fabric``. Under ``torchrun
+--nproc-per-node 2`` (DDP) as ``lightning_train.py OUT_DIR``: each rank writes
+``OUT_DIR/rank<r>.json``, for each package the final weights of each run (``trainer``/``fabric``
+x ``anyaccel``/``cpu``) and what it ran on. As ``lightning_train.py --standalone-only``, with
+the ``lightning`` package hidden, it prints the one-process runs of the standalone packages
+and the integration's packages as one JSON line. The tests call :func:`train_all` in-process
+for the one-process runs.
 """
 
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import sys
@@ -16,15 +21,18 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
 import torch.distributed as dist
-from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset
 from torch.utils.data import DataLoader
 
-import anyaccel.integrations.lightning  # noqa: F401  (registers "anyaccel")
+if __name__ == "__main__" and sys.argv[1:] == ["--standalone-only"]:
+    sys.modules["lightning"] = None  # type: ignore[assignment]  # as if it were not installed
+
+import anyaccel.integrations.lightning as integration  # registers "anyaccel"
 
 STEPS = 4
+#: Where each package keeps its Trainer (with ``seed_everything`` and the demos) and its Fabric.
+PACKAGES = integration.PACKAGES
 SEED = 1234
 
 
@@ -35,6 +43,7 @@ def _weights(module: torch.nn.Module) -> dict[str, list[float]]:
 def _placement(strategy: Any, precision: Any) -> dict[str, Any]:
     return {
         "strategy": type(strategy).__name__,
+        "classes": [type(x).__qualname__ for x in (strategy.accelerator, strategy, precision)],
         "root_device": str(strategy.root_device),
         "precision_device": getattr(precision, "device", None),
         "backend": dist.get_backend() if dist.is_initialized() else None,
@@ -42,11 +51,13 @@ def _placement(strategy: Any, precision: Any) -> dict[str, Any]:
     }
 
 
-def train_trainer(accelerator: str, devices: int) -> dict[str, Any]:
+def train_trainer(accelerator: str, devices: int, package: str = "lightning") -> dict[str, Any]:
     """``Trainer.fit`` of BoringModel for STEPS steps; the weights and where it ran."""
-    L.seed_everything(SEED, verbose=False)
-    model = BoringModel()
-    trainer = L.Trainer(
+    pl = importlib.import_module(PACKAGES[package][0])
+    demos = importlib.import_module(f"{PACKAGES[package][0]}.demos.boring_classes")
+    pl.seed_everything(SEED, verbose=False)
+    model = demos.BoringModel()
+    trainer = pl.Trainer(
         accelerator=accelerator,
         devices=devices,
         max_steps=STEPS,
@@ -64,15 +75,17 @@ def train_trainer(accelerator: str, devices: int) -> dict[str, Any]:
     }
 
 
-def train_fabric(accelerator: str, devices: int) -> dict[str, Any]:
+def train_fabric(accelerator: str, devices: int, package: str = "lightning") -> dict[str, Any]:
     """A Fabric loop over the same model and data; the weights and where it ran."""
-    fabric = L.Fabric(accelerator=accelerator, devices=devices)
+    lf = importlib.import_module(PACKAGES[package][1])
+    demos = importlib.import_module(f"{PACKAGES[package][0]}.demos.boring_classes")
+    fabric = lf.Fabric(accelerator=accelerator, devices=devices)
     fabric.launch()
     fabric.seed_everything(SEED, verbose=False)
     model = torch.nn.Linear(32, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer = fabric.setup(model, optimizer)
-    loader = fabric.setup_dataloaders(DataLoader(RandomDataset(32, 64), batch_size=2))
+    loader = fabric.setup_dataloaders(DataLoader(demos.RandomDataset(32, 64), batch_size=2))
     for step, batch in enumerate(loader):
         if step == STEPS:
             break
@@ -84,16 +97,28 @@ def train_fabric(accelerator: str, devices: int) -> dict[str, Any]:
     return {"weights": _weights(model.module), **_placement(fabric.strategy, fabric._precision)}
 
 
-def train_all(devices: int) -> dict[str, dict[str, dict[str, Any]]]:
-    """Each API (``trainer``, ``fabric``) on each accelerator (``anyaccel``, ``cpu``)."""
+def train_all(devices: int, package: str = "lightning") -> dict[str, dict[str, dict[str, Any]]]:
+    """Each API (``trainer``, ``fabric``) of ``package`` on each accelerator (anyaccel, cpu)."""
     return {
-        "trainer": {name: train_trainer(name, devices) for name in ("anyaccel", "cpu")},
-        "fabric": {name: train_fabric(name, devices) for name in ("anyaccel", "cpu")},
+        "trainer": {name: train_trainer(name, devices, package) for name in ("anyaccel", "cpu")},
+        "fabric": {name: train_fabric(name, devices, package) for name in ("anyaccel", "cpu")},
+    }
+
+
+def standalone_only() -> dict[str, Any]:
+    """With ``lightning`` hidden: the integration's packages and main names, and the runs."""
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    return {
+        "flavours": sorted(integration.FLAVOURS),
+        "main_is_standalone": integration.AnyAccelerator
+        is integration.FLAVOURS["pytorch_lightning"].AnyAccelerator,
+        "runs": train_all(1, "pytorch_lightning"),
     }
 
 
 def main(out_dir: Path) -> None:
-    results = train_all(int(os.environ["WORLD_SIZE"]))
+    world_size = int(os.environ["WORLD_SIZE"])
+    results = {package: train_all(world_size, package) for package in PACKAGES}
     (out_dir / f"rank{os.environ['RANK']}.json").write_text(json.dumps(results))
     # End as docs/distributed.md ("Ending a job") says: the DDP models go first, then the
     # group; and skip interpreter shutdown, where a gloo worker still releasing a collective's
@@ -107,4 +132,7 @@ def main(out_dir: Path) -> None:
 
 if __name__ == "__main__":
     warnings.simplefilter("ignore")
-    main(Path(sys.argv[1]))
+    if sys.argv[1:] == ["--standalone-only"]:
+        print(json.dumps(standalone_only()))
+    else:
+        main(Path(sys.argv[1]))

@@ -1,16 +1,18 @@
 """Lightning's Trainer and Fabric on anyaccel (``anyaccel.integrations.lightning``).
 
-Two child runs start together (they overlap Lightning's slow import): BoringModel trained
+Three child runs start together (they overlap Lightning's slow import): BoringModel trained
 under ``torchrun --nproc-per-node 2`` (DDP, gloo) with ``accelerator="anyaccel"`` and with
-Lightning's own ``"cpu"``; and Trainers and Fabrics built on a simulated PrivateUse1 device
-(two Cambricon MLUs), after the import's failure cases. The one-process fits and the
-bad-input tests run in this process.
+Lightning's own ``"cpu"``, with each package (``lightning``; ``pytorch_lightning`` +
+``lightning_fabric``); the standalone packages' one-process runs with ``lightning`` hidden;
+and Trainers and Fabrics built on a simulated PrivateUse1 device (two Cambricon MLUs), after
+the import's failure cases. The one-process fits and the bad-input tests run in this process.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import socket
 import subprocess
 import sys
@@ -34,6 +36,8 @@ from anyaccel.testing.simulated import simulate_cuda
 from .conftest import ANYACCEL_SRC
 
 pytestmark = pytest.mark.slow
+
+SUPPORTED = ">=2.5,<2.7"  # the range docs/lightning.md states
 
 HERE = Path(__file__).parent
 TIMEOUT = 300  # seconds per child run: Lightning's import alone is slow on a loaded box
@@ -85,8 +89,10 @@ def children(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, _Ch
     ]  # fmt: skip
     train = str(HERE / "lightning_train.py")
     simulated = [sys.executable, str(HERE / "lightning_simulated.py")]
+    standalone = [sys.executable, train, "--standalone-only"]
     started = {
         "ddp": _Child("ddp", [*torchrun, train, "ddp"], _env("cpu"), out),
+        "standalone": _Child("standalone", standalone, _env("cpu"), out),
         "simulated": _Child("simulated", simulated, _env("mlu"), out),
     }
     yield started
@@ -103,9 +109,16 @@ def _ranks(child: _Child, expected: int) -> list[dict[str, Any]]:
     return [json.loads(path.read_text()) for path in files]
 
 
+@pytest.fixture(scope="module", params=["lightning", "pytorch_lightning"])
+def package(request: pytest.FixtureRequest) -> str:
+    """The Lightning package a run imports its Trainer and Fabric from."""
+    name: str = request.param
+    return name
+
+
 @pytest.fixture(scope="module")
-def single(children: dict[str, _Child]) -> dict[str, Any]:
-    """The one-process runs, here (while the children start up)."""
+def single(children: dict[str, _Child], package: str) -> dict[str, Any]:
+    """The one-process runs of ``package``, here (while the children start up)."""
     from .lightning_train import train_all
 
     with pytest.MonkeyPatch.context() as patch:
@@ -115,14 +128,20 @@ def single(children: dict[str, _Child]) -> dict[str, Any]:
         try:
             with warnings.catch_warnings():  # Lightning's own advice (workers, loggers...)
                 warnings.simplefilter("ignore")
-                return train_all(devices=1)
+                return train_all(devices=1, package=package)
         finally:
             anyaccel.reset_accelerator()
 
 
 @pytest.fixture(scope="module")
-def ddp(children: dict[str, _Child]) -> list[dict[str, Any]]:
-    return _ranks(children["ddp"], 2)
+def ddp(children: dict[str, _Child], package: str) -> list[dict[str, Any]]:
+    return [rank[package] for rank in _ranks(children["ddp"], 2)]
+
+
+@pytest.fixture(scope="module")
+def standalone_only(children: dict[str, _Child]) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(children["standalone"].wait().strip().splitlines()[-1])
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +174,30 @@ def test_ddp_fit_under_torchrun_equals_across_ranks_and_lightnings_cpu(
     assert ranks[0]["weights"] == ddp[0][api]["cpu"]["weights"] == ddp[1][api]["cpu"]["weights"]
     # Two ranks saw different batches than one process did: the DDP run really synchronised.
     assert ranks[0]["weights"] != single[api]["anyaccel"]["weights"]
+
+
+@pytest.mark.parametrize("api", ["trainer", "fabric"])
+def test_each_package_runs_on_its_own_classes(
+    api: str, package: str, single: dict[str, Any], ddp: list[dict[str, Any]]
+) -> None:
+    # The classes are built on each package's own bases: pickle names them by that package.
+    prefix = {"lightning": "LIGHTNING.", "pytorch_lightning": "PYTORCH_LIGHTNING."}[package]
+    for run in (single[api]["anyaccel"], ddp[0][api]["anyaccel"], ddp[1][api]["anyaccel"]):
+        accelerator, strategy, precision = run["classes"]
+        assert (accelerator, strategy) == (prefix + "AnyAccelerator", prefix + run["strategy"])
+        assert precision == "Precision"  # 32-true: Lightning's own plugin
+    assert not any(name.startswith("PYTORCH_") for name in single[api]["cpu"]["classes"])
+
+
+def test_the_standalone_packages_alone_fit_as_lightnings_cpu(
+    standalone_only: dict[str, Any],
+) -> None:
+    assert standalone_only["flavours"] == ["pytorch_lightning"]
+    assert standalone_only["main_is_standalone"]  # the module's own names are theirs then
+    for api in ("trainer", "fabric"):
+        ours, theirs = standalone_only["runs"][api]["anyaccel"], standalone_only["runs"][api]["cpu"]
+        assert ours["classes"][0] == "PYTORCH_LIGHTNING.AnyAccelerator"
+        assert ours["root_device"] == "cpu" and ours["weights"] == theirs["weights"]
 
 
 # ---------------------------------------------------------------------- a simulated device
@@ -455,3 +498,115 @@ def test_unsupported_lightning_is_refused_and_nothing_is_half_done(
     bad = simulated["bad_installs"]
     assert "lightning 2.7.0 is installed" in bad["too_new"], bad["too_new"]
     assert (bad["registered"], bad["hooked"], bad["half_imported"]) == (False, False, False)
+
+
+def test_missing_lightning_names_both_packages(simulated: dict[str, Any]) -> None:
+    message = simulated["bad_installs"]["missing"]
+    assert "`lightning` package" in message and "`pytorch_lightning`" in message, message
+
+
+def test_pytorch_lightning_without_lightning_fabric_is_refused(simulated: dict[str, Any]) -> None:
+    message = simulated["bad_installs"]["no_fabric"]
+    assert message.startswith("LightningUnavailableError: "), message
+    assert "lightning_fabric, which it needs, is not" in message
+    assert f'"lightning_fabric{SUPPORTED}"' in message  # the fix, with the range
+
+
+def test_unsupported_standalone_packages_are_refused(simulated: dict[str, Any]) -> None:
+    message = simulated["bad_installs"]["standalone_too_old"]
+    assert message.startswith("LightningUnavailableError: "), message
+    assert "pytorch_lightning 2.4.2 is installed" in message
+    assert f"supports pytorch_lightning{SUPPORTED}" in message
+
+
+def test_both_packages_registries_and_connectors_are_anyaccels(integration: Any) -> None:
+    from lightning_fabric.accelerators import ACCELERATOR_REGISTRY
+    from lightning_fabric.connector import _Connector
+    from lightning_fabric.strategies import STRATEGY_REGISTRY
+    from pytorch_lightning.accelerators import AcceleratorRegistry
+    from pytorch_lightning.strategies import DDPStrategy, StrategyRegistry
+    from pytorch_lightning.trainer.connectors.accelerator_connector import _AcceleratorConnector
+
+    standalone = integration.PYTORCH_LIGHTNING
+    flavours = [(name, flavour.name) for name, flavour in integration.FLAVOURS.items()]
+    assert flavours == [("lightning", "lightning"), ("pytorch_lightning", "pytorch_lightning")]
+    assert integration.FLAVOURS["pytorch_lightning"] is standalone
+    assert integration.AnyAccelerator is integration.LIGHTNING.AnyAccelerator
+    assert standalone.AnyAccelerator is not integration.AnyAccelerator
+    assert (standalone.trainer_package, standalone.fabric_package) == (
+        "pytorch_lightning", "lightning_fabric"
+    )  # fmt: skip
+    for registry in (AcceleratorRegistry, ACCELERATOR_REGISTRY):
+        assert registry["anyaccel"]["accelerator"] is standalone.AnyAccelerator
+    assert StrategyRegistry["ddp"]["strategy"] is DDPStrategy
+    assert StrategyRegistry["anyaccel_ddp"]["strategy"] is standalone.AnyDDPStrategy
+    assert issubclass(standalone.AnyDDPStrategy, DDPStrategy)
+    fork = STRATEGY_REGISTRY["anyaccel_ddp_fork"]
+    assert (fork["strategy"], fork["init_params"]) == (
+        standalone.AnyFabricDDPStrategy, {"start_method": "fork"}
+    )  # fmt: skip
+    for connector in (_AcceleratorConnector, _Connector):
+        assert hasattr(connector._choose_strategy, "__anyaccel_hook__")
+
+
+def test_standalone_trainer_picks_its_own_ddp_and_precision(integration: Any) -> None:
+    import lightning_fabric
+    import pytorch_lightning
+
+    standalone = integration.PYTORCH_LIGHTNING
+    trainer = pytorch_lightning.Trainer(
+        accelerator="anyaccel",
+        devices=2,
+        strategy="ddp_spawn",
+        precision="bf16-mixed",
+        logger=False,
+    )
+    assert type(trainer.strategy) is standalone.AnyDDPStrategy
+    assert trainer.strategy._start_method == "spawn"
+    assert type(trainer.precision_plugin) is standalone.AnyMixedPrecision
+    fabric = lightning_fabric.Fabric(accelerator="anyaccel", precision="bf16-mixed")
+    assert type(fabric.strategy) is standalone.AnyFabricSingleDeviceStrategy
+    assert type(fabric._precision) is standalone.AnyFabricMixedPrecision
+    # What spawn sends to its children: each class is found again by its name.
+    copy = pickle.loads(pickle.dumps((trainer.accelerator, trainer.strategy)))
+    assert [type(x) for x in copy] == [standalone.AnyAccelerator, standalone.AnyDDPStrategy]
+    # A stock strategy of the standalone package is refused like the unified package's.
+    with pytest.raises(integration.LightningSetupError, match="DDPStrategy is not adapted"):
+        pytorch_lightning.Trainer(
+            accelerator="anyaccel", devices=2, strategy=pytorch_lightning.strategies.DDPStrategy(),
+            logger=False,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("api", "given", "words"),
+    [
+        ("pytorch_lightning.Trainer", "accelerator", ["LIGHTNING.AnyAccelerator is", "'lightning'",
+         "PYTORCH_LIGHTNING.AnyAccelerator instead"]),
+        ("lightning.Trainer", "strategy", ["PYTORCH_LIGHTNING.AnyDDPStrategy is",
+         "'pytorch_lightning'", "a lightning.pytorch.Trainer",
+         "lightning.LIGHTNING.AnyDDPStrategy instead"]),
+        ("lightning_fabric.Fabric", "plugins", ["LIGHTNING.AnyFabricMixedPrecision is",
+         "a lightning_fabric.Fabric", "PYTORCH_LIGHTNING.AnyFabricMixedPrecision instead"]),
+    ],
+)  # fmt: skip
+def test_another_packages_anyaccel_instance_is_refused_by_name(
+    api: str, given: str, words: list[str], integration: Any
+) -> None:
+    import importlib
+
+    module_name, _, name = api.rpartition(".")
+    build = getattr(importlib.import_module(module_name), name)
+    other = integration.LIGHTNING if module_name != "lightning" else integration.PYTORCH_LIGHTNING
+    value = {
+        "accelerator": lambda: other.AnyAccelerator(),
+        "strategy": lambda: other.AnyDDPStrategy(),
+        "plugins": lambda: [other.AnyFabricMixedPrecision("bf16-mixed")],
+    }[given]()
+    arguments = {"accelerator": "anyaccel", given: value}
+    if name == "Trainer":
+        arguments["logger"] = False
+    with pytest.raises(integration.LightningSetupError) as caught:
+        build(**arguments)
+    for word in words:
+        assert word in str(caught.value), str(caught.value)

@@ -1,24 +1,33 @@
 """Lightning (Trainer and Fabric) on anyaccel's accelerator: ``accelerator="anyaccel"``.
 
-Importing this module registers, in both Lightning's Trainer and Fabric registries:
+Lightning ships as two sets of packages with separate classes and registries: the unified
+``lightning`` package (``lightning.pytorch``, ``lightning.fabric``) and the standalone
+``pytorch_lightning`` + ``lightning_fabric`` (which ``pip install lightning`` also installs).
+Importing this module registers, in the Trainer and Fabric registries of **every** installed
+one (each a :class:`Flavour`):
 
-- the accelerator ``"anyaccel"`` (:class:`AnyAccelerator`), which delegates to
+- the accelerator ``"anyaccel"`` (``AnyAccelerator``), which delegates to
   :func:`anyaccel.get_accelerator` or to an accelerator bound explicitly;
 - the strategies ``"anyaccel_single_device"``, ``"anyaccel_ddp"``, ``"anyaccel_ddp_spawn"``
   and ``"anyaccel_ddp_fork"``, whose root device is the accelerator's, whose process-group
   backend is its ``communication_backend_name()`` and which use its streams;
 
-and it teaches Lightning's two connectors to pick those strategies and a mixed-precision
+and it teaches each package's two connectors to pick those strategies and a mixed-precision
 plugin for the accelerator's device whenever the accelerator is anyaccel's. So::
 
     import anyaccel.integrations.lightning  # noqa: F401  (registers "anyaccel")
     trainer = lightning.Trainer(accelerator="anyaccel", devices=2, precision="bf16-mixed")
     fabric = lightning.Fabric(accelerator="anyaccel", devices=2)
+    trainer = pytorch_lightning.Trainer(accelerator="anyaccel", devices=2)  # the same
 
 end on the right device, strategy and precision device. A configuration that would land on
 another device (a stock DDP strategy, a strategy rooted on the CPU, a precision plugin for
 another device) is refused with :class:`LightningSetupError` when the Trainer or Fabric is
-built. Supports the ``lightning`` package, versions :data:`SUPPORTED_LIGHTNING`.
+built. Each package's classes are built from one definition on that package's own base
+classes: :data:`LIGHTNING` and :data:`PYTORCH_LIGHTNING` hold them (``None`` when that package
+is not installed). The module's own ``AnyAccelerator``, ``AnyDDPStrategy``... are the
+``lightning`` package's, or the standalone packages' when ``lightning`` is not installed.
+Supported versions: :data:`SUPPORTED_LIGHTNING`, for every package.
 """
 
 from __future__ import annotations
@@ -29,7 +38,8 @@ import importlib.util
 import pickle
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from anyaccel.errors import AcceleratorError, UnsupportedFeatureError
 
@@ -38,6 +48,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACCELERATOR_NAME",
+    "FLAVOURS",
+    "LIGHTNING",
+    "PACKAGES",
+    "PYTORCH_LIGHTNING",
     "STRATEGY_NAMES",
     "SUPPORTED_LIGHTNING",
     "AnyAccelerator",
@@ -47,19 +61,27 @@ __all__ = [
     "AnyFabricSingleDeviceStrategy",
     "AnyMixedPrecision",
     "AnySingleDeviceStrategy",
+    "Flavour",
     "LightningSetupError",
     "LightningUnavailableError",
     "check_placement",
     "register",
 ]
 
-#: The ``lightning`` versions this module is written and tested against (PEP 440).
+#: The versions this module is written and tested against (PEP 440), for each package:
+#: ``lightning``, ``pytorch_lightning`` and ``lightning_fabric``.
 SUPPORTED_LIGHTNING = ">=2.5,<2.7"
+
+#: The Lightning packages anyaccel supports: the name of each and its (Trainer, Fabric) packages.
+PACKAGES: dict[str, tuple[str, str]] = {
+    "lightning": ("lightning.pytorch", "lightning.fabric"),
+    "pytorch_lightning": ("pytorch_lightning", "lightning_fabric"),
+}
 
 #: The name to pass as ``Trainer(accelerator=...)`` / ``Fabric(accelerator=...)``.
 ACCELERATOR_NAME = "anyaccel"
 
-#: Strategy names registered in both registries, and the start method each launches with.
+#: Strategy names registered in every strategy registry, and the start method each launches with.
 STRATEGY_NAMES: dict[str, str] = {
     "anyaccel_ddp": "popen",
     "anyaccel_ddp_spawn": "spawn",
@@ -79,69 +101,62 @@ _EXTRA_HINT = 'Install it with `pip install "anyaccel[lightning]"`.'
 
 
 class LightningUnavailableError(AcceleratorError, ImportError):
-    """``lightning`` is missing, or its version is outside :data:`SUPPORTED_LIGHTNING`."""
+    """No Lightning package is installed, or one is outside :data:`SUPPORTED_LIGHTNING`."""
 
 
 class LightningSetupError(AcceleratorError, ValueError):
     """A Trainer/Fabric configuration that anyaccel's accelerator cannot run as asked."""
 
 
-def _require_lightning() -> str:
-    """The installed ``lightning`` version, checked against :data:`SUPPORTED_LIGHTNING`."""
-    if importlib.util.find_spec("lightning") is None:
-        hint = ""
-        if importlib.util.find_spec("pytorch_lightning") is not None:
-            hint = (
-                " (pytorch_lightning is installed, but anyaccel supports the unified `lightning`"
-                " package only)"
-            )
-        raise LightningUnavailableError(
-            f"anyaccel.integrations.lightning needs the `lightning` package{hint}. {_EXTRA_HINT}"
-        )
+def _checked_version(distribution: str, fix: str) -> str:
+    """The installed version of ``distribution`` (also its module), within the supported range."""
     from importlib.metadata import PackageNotFoundError, version
 
     from packaging.specifiers import SpecifierSet
 
     try:
-        found = version("lightning")
-    except PackageNotFoundError:
-        found = str(getattr(importlib.import_module("lightning"), "__version__", "0"))
+        found = version(distribution)
+    except PackageNotFoundError:  # a module shipped inside another distribution
+        found = str(getattr(importlib.import_module(distribution), "__version__", "0"))
     if found not in SpecifierSet(SUPPORTED_LIGHTNING, prereleases=True):
         raise LightningUnavailableError(
-            f"lightning {found} is installed, but anyaccel.integrations.lightning supports "
-            f"lightning{SUPPORTED_LIGHTNING}. {_EXTRA_HINT[:-1]} (it pins a supported version)."
+            f"{distribution} {found} is installed, but anyaccel.integrations.lightning supports "
+            f"{distribution}{SUPPORTED_LIGHTNING}. {fix}"
         )
     return found
 
 
-LIGHTNING_VERSION = _require_lightning()
+def _require_lightning() -> dict[str, str]:
+    """Each installed Lightning package (a key of :data:`PACKAGES`) and its checked version.
+
+    :raises LightningUnavailableError: none is installed; ``pytorch_lightning`` is installed
+        without ``lightning_fabric``; one of them has a version outside the supported range.
+    """
+    found: dict[str, str] = {}
+    if importlib.util.find_spec("lightning") is not None:
+        fix = f"{_EXTRA_HINT[:-1]} (it pins a supported version)."
+        found["lightning"] = _checked_version("lightning", fix)
+    if importlib.util.find_spec("pytorch_lightning") is not None:
+        pins = f'"pytorch_lightning{SUPPORTED_LIGHTNING}" "lightning_fabric{SUPPORTED_LIGHTNING}"'
+        fix = f"Install supported ones with `pip install {pins}`, or uninstall pytorch_lightning."
+        if importlib.util.find_spec("lightning_fabric") is None:
+            raise LightningUnavailableError(
+                "pytorch_lightning is installed but lightning_fabric, which it needs, is not. "
+                + fix
+            )
+        found["pytorch_lightning"] = _checked_version("pytorch_lightning", fix)
+        _checked_version("lightning_fabric", fix)
+    if not found:
+        raise LightningUnavailableError(
+            "anyaccel.integrations.lightning needs the `lightning` package (or the standalone "
+            f"`pytorch_lightning` with `lightning_fabric`). {_EXTRA_HINT}"
+        )
+    return found
+
+
+_VERSIONS = _require_lightning()
 
 import torch  # noqa: E402  (after the check: a missing lightning names the extra first)
-from lightning.fabric.accelerators import ACCELERATOR_REGISTRY as _FABRIC_ACCELERATORS  # noqa: E402
-from lightning.fabric.connector import _Connector as _FabricConnector  # noqa: E402
-from lightning.fabric.plugins.precision.amp import (  # noqa: E402
-    MixedPrecision as _FabricMixedPrecision,
-)
-from lightning.fabric.strategies import STRATEGY_REGISTRY as _FABRIC_STRATEGIES  # noqa: E402
-from lightning.fabric.strategies.ddp import DDPStrategy as _FabricDDPStrategy  # noqa: E402
-from lightning.fabric.strategies.parallel import (  # noqa: E402
-    ParallelStrategy as _FabricParallelStrategy,
-)
-from lightning.fabric.strategies.single_device import (  # noqa: E402
-    SingleDeviceStrategy as _FabricSingleDeviceStrategy,
-)
-from lightning.pytorch.accelerators import AcceleratorRegistry as _TRAINER_ACCELERATORS  # noqa: E402
-from lightning.pytorch.accelerators.accelerator import Accelerator as _LightningAccelerator  # noqa: E402
-from lightning.pytorch.plugins.precision.amp import MixedPrecision as _MixedPrecision  # noqa: E402
-from lightning.pytorch.strategies import StrategyRegistry as _TRAINER_STRATEGIES  # noqa: E402
-from lightning.pytorch.strategies.ddp import DDPStrategy as _DDPStrategy  # noqa: E402
-from lightning.pytorch.strategies.parallel import ParallelStrategy as _ParallelStrategy  # noqa: E402
-from lightning.pytorch.strategies.single_device import (  # noqa: E402
-    SingleDeviceStrategy as _SingleDeviceStrategy,
-)
-from lightning.pytorch.trainer.connectors.accelerator_connector import (  # noqa: E402
-    _AcceleratorConnector as _TrainerConnector,
-)
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 if TYPE_CHECKING:
@@ -222,262 +237,6 @@ def _parse_processes(devices: object) -> int:
     return devices
 
 
-class AnyAccelerator(_LightningAccelerator):
-    """Lightning's accelerator for whatever anyaccel selected (one class for Trainer and Fabric).
-
-    ``AnyAccelerator()`` follows :func:`anyaccel.get_accelerator`; ``AnyAccelerator(acc)``
-    binds ``acc``. It travels by pickle to spawned processes; a backend that holds its vendor
-    module (which does not pickle) is rebuilt there from its class, ``type(acc)()``.
-    Lightning asks some questions of the class rather than the instance (``parse_devices``,
-    ``is_available``): a bound instance gets a class of its own that answers them for ``acc``.
-    """
-
-    _bound: ClassVar[AnyaccelAccelerator | None] = None
-
-    def __new__(cls, accelerator: AnyaccelAccelerator | None = None) -> AnyAccelerator:
-        if accelerator is not None and cls._bound is not accelerator:
-            cls = _bound_class(accelerator)
-        return super().__new__(cls)
-
-    def __init__(self, accelerator: AnyaccelAccelerator | None = None) -> None:
-        super().__init__()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        bound = type(self)._bound
-        if bound is None:
-            return (AnyAccelerator, ())
-        try:
-            pickle.dumps(bound)
-        except (pickle.PicklingError, TypeError, AttributeError):
-            # Backends hold their vendor module, which does not pickle: the child builds
-            # the same backend class afresh (it finds its own module).
-            return (_rebuilt, (type(bound),))
-        return (AnyAccelerator, (bound,))
-
-    # ------------------------------------------------------------ what it delegates to
-    @classmethod
-    def anyaccel(cls) -> AnyaccelAccelerator:
-        """The anyaccel accelerator this class answers for (bound, else the selected one)."""
-        return cls._bound if cls._bound is not None else _default_accelerator()
-
-    @classmethod
-    def device_type(cls) -> str:
-        """The torch device type of that accelerator (``"cpu"``, ``"npu"``, ``"mlu"``...)."""
-        return _device_type(cls.anyaccel())
-
-    # ------------------------------------------------------------ Lightning's class-level API
-    @classmethod
-    def name(cls) -> str:
-        """``"anyaccel"``: the registry name, whatever backend runs underneath."""
-        return ACCELERATOR_NAME
-
-    @classmethod
-    def is_available(cls) -> bool:
-        """Whether the accelerator can run here (the CPU always can)."""
-        accelerator = cls.anyaccel()
-        return _is_host(accelerator) or bool(accelerator.is_available())
-
-    @classmethod
-    def auto_device_count(cls) -> int:
-        """Every visible device; one process on the CPU (as Lightning's CPU accelerator)."""
-        accelerator = cls.anyaccel()
-        return 1 if _is_host(accelerator) else int(accelerator.device_count())
-
-    @classmethod
-    def parse_devices(cls, devices: Any) -> int | list[int]:
-        """``devices`` as indices (validated against the device count); a count on the CPU.
-
-        :raises LightningSetupError: a value that is no device choice, or more devices (or a
-            higher index) than the accelerator has.
-        """
-        accelerator = cls.anyaccel()
-        if _is_host(accelerator):
-            return _parse_processes(devices)
-        if (
-            isinstance(devices, list)
-            and devices
-            and all(isinstance(d, torch.device) for d in devices)
-        ):
-            devices = [int(d.index or 0) for d in devices]
-        count = int(accelerator.device_count())
-        return _parse_indices(devices, count, _device_type(accelerator))
-
-    @classmethod
-    def get_parallel_devices(cls, devices: Any) -> list[torch.device]:
-        """One ``torch.device`` per process: the parsed indices on the accelerator's type."""
-        accelerator = cls.anyaccel()
-        parsed = cls.parse_devices(devices)
-        if isinstance(parsed, int):
-            return [torch.device("cpu")] * parsed
-        return [accelerator.device(index) for index in parsed]
-
-    # ------------------------------------------------------------ per process
-    def setup_device(self, device: torch.device) -> None:
-        """Make ``device`` current; a device of another type than the accelerator's is an error.
-
-        :raises LightningSetupError: ``device`` is not on the accelerator (Lightning would
-            otherwise train there, e.g. on the CPU, without saying so).
-        """
-        accelerator = self.anyaccel()
-        expected = _device_type(accelerator)
-        device = torch.device(device)
-        if device.type != expected:
-            raise LightningSetupError(
-                f"Lightning asked AnyAccelerator to set up {device}, but anyaccel's accelerator "
-                f"runs on {expected!r}. Use an anyaccel strategy (strategy='auto', "
-                f"'{_SINGLE_DEVICE}' or 'anyaccel_ddp') or one whose root device is {expected!r}."
-            )
-        if expected != "cpu":
-            accelerator.set_device(0 if device.index is None else device.index)
-
-    def setup(self, trainer: pl.Trainer) -> None:
-        """Before the Trainer moves the model: check that strategy and precision are ours."""
-        check_placement(trainer.strategy, trainer.strategy.precision_plugin, self)
-
-    def get_device_stats(self, device: Any) -> dict[str, Any]:
-        """The accelerator's memory figures for ``device`` (those its backend provides)."""
-        accelerator = self.anyaccel()
-        index = torch.device(device).index
-        figures: dict[str, Any] = {}
-        for name in (
-            "memory_allocated",
-            "max_memory_allocated",
-            "memory_reserved",
-            "max_memory_reserved",
-            "total_memory",
-            "available_memory",
-        ):
-            try:
-                figures[name] = int(getattr(accelerator, name)(index))
-            except UnsupportedFeatureError:
-                continue
-        return figures
-
-    def teardown(self) -> None:
-        """Release the accelerator's cached memory (nothing to do on the CPU)."""
-        accelerator = self.anyaccel()
-        if not _is_host(accelerator):
-            accelerator.empty_cache()
-
-    @classmethod
-    def register_accelerators(cls, accelerator_registry: Any) -> None:
-        """Add ``"anyaccel"`` to ``accelerator_registry`` (once; never over another entry)."""
-        _register_once(accelerator_registry, ACCELERATOR_NAME, AnyAccelerator, "accelerator")
-
-
-@functools.cache
-def _bound_class_for(key: int, accelerator: AnyaccelAccelerator) -> type[AnyAccelerator]:
-    name = f"AnyAccelerator[{type(accelerator).__name__}]"
-    return type(name, (AnyAccelerator,), {"_bound": accelerator, "__module__": __name__})
-
-
-def _bound_class(accelerator: AnyaccelAccelerator) -> type[AnyAccelerator]:
-    return _bound_class_for(id(accelerator), accelerator)
-
-
-def _rebuilt(backend: type[AnyaccelAccelerator]) -> AnyAccelerator:
-    """An ``AnyAccelerator`` bound to a fresh ``backend()`` (unpickling in a spawned child)."""
-    return AnyAccelerator(backend())
-
-
-def _anyaccel_of(lightning_accelerator: object) -> AnyaccelAccelerator:
-    if isinstance(lightning_accelerator, AnyAccelerator):
-        return lightning_accelerator.anyaccel()
-    return _default_accelerator()
-
-
-# ====================================================================== strategies
-def _accelerator_stream(accelerator: AnyaccelAccelerator) -> AbstractContextManager[Any]:
-    """A side stream of the accelerator, as Lightning uses ``torch.cuda.stream`` for DDP set-up."""
-    return accelerator.stream(accelerator.Stream())
-
-
-class AnySingleDeviceStrategy(_SingleDeviceStrategy):
-    """The Trainer's single-device strategy, rooted on the accelerator's device by default."""
-
-    strategy_name = _SINGLE_DEVICE
-
-    def __init__(self, device: Any = None, **kwargs: Any) -> None:
-        super().__init__(device=_default_device() if device is None else device, **kwargs)
-
-    @classmethod
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register ``anyaccel_single_device``."""
-        _register_once(strategy_registry, cls.strategy_name, cls, "strategy")
-
-
-class AnyDDPStrategy(_DDPStrategy):
-    """The Trainer's DDP with anyaccel's process-group backend and streams."""
-
-    strategy_name = "anyaccel_ddp"
-
-    def _get_process_group_backend(self) -> str:
-        return (
-            self._process_group_backend
-            or _anyaccel_of(self.accelerator).communication_backend_name()
-        )
-
-    def _setup_model(self, model: torch.nn.Module) -> DistributedDataParallel:
-        device_ids = self.determine_ddp_device_ids()
-        context = (
-            _accelerator_stream(_anyaccel_of(self.accelerator))
-            if device_ids is not None
-            else nullcontext()
-        )
-        with context:
-            return DistributedDataParallel(module=model, device_ids=device_ids, **self._ddp_kwargs)
-
-    @classmethod
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register ``anyaccel_ddp``, ``anyaccel_ddp_spawn`` and ``anyaccel_ddp_fork``."""
-        for name, start_method in STRATEGY_NAMES.items():
-            _register_once(strategy_registry, name, cls, "strategy", start_method=start_method)
-
-
-class AnyFabricSingleDeviceStrategy(_FabricSingleDeviceStrategy):
-    """Fabric's single-device strategy, rooted on the accelerator's device by default."""
-
-    def __init__(self, device: Any = None, **kwargs: Any) -> None:
-        super().__init__(device=_default_device() if device is None else device, **kwargs)
-
-    @classmethod
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register ``anyaccel_single_device``."""
-        _register_once(strategy_registry, _SINGLE_DEVICE, cls, "strategy")
-
-
-class AnyFabricDDPStrategy(_FabricDDPStrategy):
-    """Fabric's DDP with anyaccel's process-group backend and streams."""
-
-    def _get_process_group_backend(self) -> str:
-        return (
-            self._process_group_backend
-            or _anyaccel_of(self.accelerator).communication_backend_name()
-        )
-
-    def setup_module(self, module: torch.nn.Module) -> DistributedDataParallel:
-        """Wrap ``module`` in DDP, on a side stream of the accelerator (not torch.cuda's)."""
-        device_ids = self._determine_ddp_device_ids()
-        context = (
-            _accelerator_stream(_anyaccel_of(self.accelerator))
-            if device_ids is not None
-            else nullcontext()
-        )
-        with context:
-            return DistributedDataParallel(module=module, device_ids=device_ids, **self._ddp_kwargs)
-
-    @classmethod
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register ``anyaccel_ddp``, ``anyaccel_ddp_spawn`` and ``anyaccel_ddp_fork``."""
-        for name, start_method in STRATEGY_NAMES.items():
-            _register_once(strategy_registry, name, cls, "strategy", start_method=start_method)
-
-
-def _default_device() -> torch.device:
-    accelerator = _default_accelerator()
-    return torch.device("cpu") if _is_host(accelerator) else accelerator.device(0)
-
-
 # ====================================================================== precision
 _MixedName = Literal["16-mixed", "bf16-mixed"]
 
@@ -506,45 +265,463 @@ def _checked_precision(precision: str, accelerator: AnyaccelAccelerator) -> str:
     return device_type
 
 
-class AnyMixedPrecision(_MixedPrecision):
-    """The Trainer's AMP plugin on the accelerator's device (its autocast and GradScaler)."""
-
-    def __init__(
-        self,
-        precision: _MixedName,
-        scaler: torch.amp.GradScaler | None = None,
-        accelerator: AnyaccelAccelerator | None = None,
-    ) -> None:
-        device = _checked_precision(precision, accelerator or _default_accelerator())
-        super().__init__(precision, device, scaler)
+def _accelerator_classes() -> tuple[type[Any], ...]:
+    """Every package's ``AnyAccelerator``."""
+    return tuple(side.accelerator for side in _SIDES)
 
 
-class AnyFabricMixedPrecision(_FabricMixedPrecision):
-    """Fabric's AMP plugin on the accelerator's device (its autocast and GradScaler)."""
+def _anyaccel_of(lightning_accelerator: object) -> AnyaccelAccelerator:
+    """The anyaccel accelerator behind any package's ``AnyAccelerator`` (else the selected one)."""
+    if isinstance(lightning_accelerator, _accelerator_classes()):
+        backend: AnyaccelAccelerator = lightning_accelerator.anyaccel()
+        return backend
+    return _default_accelerator()
 
-    def __init__(
-        self,
-        precision: _MixedName,
-        scaler: torch.amp.GradScaler | None = None,
-        accelerator: AnyaccelAccelerator | None = None,
-    ) -> None:
-        device = _checked_precision(precision, accelerator or _default_accelerator())
-        super().__init__(precision, device, scaler)
+
+def _accelerator_stream(accelerator: AnyaccelAccelerator) -> AbstractContextManager[Any]:
+    """A side stream of the accelerator, as Lightning uses ``torch.cuda.stream`` for DDP set-up."""
+    return accelerator.stream(accelerator.Stream())
+
+
+def _default_device() -> torch.device:
+    accelerator = _default_accelerator()
+    return torch.device("cpu") if _is_host(accelerator) else accelerator.device(0)
+
+
+@functools.cache
+def _bound_class_for(base: type, key: int, accelerator: AnyaccelAccelerator) -> type[Any]:
+    name = f"AnyAccelerator[{type(accelerator).__name__}]"
+    return type(name, (base,), {"_bound": accelerator, "__module__": __name__})
+
+
+def _unpickled(
+    package: str,
+    bound: AnyaccelAccelerator | None,
+    backend: type[AnyaccelAccelerator] | None,
+) -> Any:
+    """An ``AnyAccelerator`` of ``package`` again, in the process that unpickles it.
+
+    ``bound`` travelled with it; or a ``backend`` class to build afresh there (a backend
+    holding its vendor module does not pickle); or neither (it follows the selection).
+    """
+    accelerator_class = FLAVOURS[package].AnyAccelerator
+    if backend is not None:
+        return accelerator_class(backend())
+    return accelerator_class(bound)
+
+
+# ====================================================================== one package's classes
+@dataclass(frozen=True)
+class Flavour:
+    """The classes anyaccel adds to one Lightning package, built on that package's own.
+
+    ``LIGHTNING`` holds those for ``lightning.pytorch``/``lightning.fabric``,
+    ``PYTORCH_LIGHTNING`` those for ``pytorch_lightning``/``lightning_fabric``; use the
+    latter's with a Trainer or Fabric imported from the standalone packages.
+    """
+
+    name: str  #: the package, a key of :data:`PACKAGES`
+    trainer_package: str  #: where its ``Trainer`` lives (``lightning.pytorch``...)
+    fabric_package: str  #: where its ``Fabric`` lives (``lightning.fabric``...)
+    version: str  #: the installed version
+    AnyAccelerator: type[Any]  #: ``accelerator="anyaccel"``, for the Trainer and Fabric
+    AnySingleDeviceStrategy: type[Any]  #: the Trainer's ``anyaccel_single_device``
+    AnyDDPStrategy: type[Any]  #: the Trainer's ``anyaccel_ddp`` (and spawn/fork)
+    AnyMixedPrecision: type[Any]  #: the Trainer's 16-mixed/bf16-mixed plugin
+    AnyFabricSingleDeviceStrategy: type[Any]  #: Fabric's ``anyaccel_single_device``
+    AnyFabricDDPStrategy: type[Any]  #: Fabric's ``anyaccel_ddp`` (and spawn/fork)
+    AnyFabricMixedPrecision: type[Any]  #: Fabric's 16-mixed/bf16-mixed plugin
+    _sides: tuple[_Side, _Side] = field(repr=False, compare=False)
+
+    def _classes(self) -> tuple[type[Any], ...]:
+        """The seven classes above, in their order."""
+        return (
+            self.AnyAccelerator,
+            self.AnySingleDeviceStrategy,
+            self.AnyDDPStrategy,
+            self.AnyMixedPrecision,
+            self.AnyFabricSingleDeviceStrategy,
+            self.AnyFabricDDPStrategy,
+            self.AnyFabricMixedPrecision,
+        )
+
+
+@dataclass(frozen=True)
+class _Side:
+    """The Trainer or Fabric half of one package: what registration and the hooks need."""
+
+    package: str
+    trainer: bool
+    connector: type
+    accelerators: Any  # the accelerator registry
+    strategies: Any  # the strategy registry
+    accelerator: type
+    single: type
+    ddp: type
+    precision: type
+    parallel_base: type  # the package's ParallelStrategy
+    precision_base: type  # the package's MixedPrecision
+
+
+#: The attribute of this module that holds each package's :class:`Flavour`.
+_ATTRIBUTES = {"lightning": "LIGHTNING", "pytorch_lightning": "PYTORCH_LIGHTNING"}
+
+
+def _build(package: str, version: str) -> Flavour:
+    """Every class anyaccel adds to ``package`` (a key of :data:`PACKAGES`), on its classes."""
+    trainer_package, fabric_package = PACKAGES[package]
+
+    def load(base: str, module: str, attribute: str) -> Any:
+        return getattr(importlib.import_module(f"{base}.{module}"), attribute)
+
+    if TYPE_CHECKING:  # every package has the same classes: check against `lightning`'s
+        from lightning.fabric.connector import _Connector as FabricConnector
+        from lightning.fabric.plugins.precision.amp import MixedPrecision as FabricMixedPrecision
+        from lightning.fabric.strategies.ddp import DDPStrategy as FabricDDPStrategy
+        from lightning.fabric.strategies.parallel import (
+            ParallelStrategy as FabricParallelStrategy,
+        )
+        from lightning.fabric.strategies.single_device import (
+            SingleDeviceStrategy as FabricSingleDeviceStrategy,
+        )
+        from lightning.pytorch.accelerators.accelerator import Accelerator
+        from lightning.pytorch.plugins.precision.amp import MixedPrecision
+        from lightning.pytorch.strategies.ddp import DDPStrategy
+        from lightning.pytorch.strategies.parallel import ParallelStrategy
+        from lightning.pytorch.strategies.single_device import SingleDeviceStrategy
+        from lightning.pytorch.trainer.connectors.accelerator_connector import (
+            _AcceleratorConnector as TrainerConnector,
+        )
+    else:
+        FabricConnector = load(fabric_package, "connector", "_Connector")
+        FabricMixedPrecision = load(fabric_package, "plugins.precision.amp", "MixedPrecision")
+        FabricDDPStrategy = load(fabric_package, "strategies.ddp", "DDPStrategy")
+        FabricParallelStrategy = load(fabric_package, "strategies.parallel", "ParallelStrategy")
+        FabricSingleDeviceStrategy = load(
+            fabric_package, "strategies.single_device", "SingleDeviceStrategy"
+        )
+        Accelerator = load(trainer_package, "accelerators.accelerator", "Accelerator")
+        MixedPrecision = load(trainer_package, "plugins.precision.amp", "MixedPrecision")
+        DDPStrategy = load(trainer_package, "strategies.ddp", "DDPStrategy")
+        ParallelStrategy = load(trainer_package, "strategies.parallel", "ParallelStrategy")
+        SingleDeviceStrategy = load(
+            trainer_package, "strategies.single_device", "SingleDeviceStrategy"
+        )
+        TrainerConnector = load(
+            trainer_package, "trainer.connectors.accelerator_connector", "_AcceleratorConnector"
+        )
+
+    class AnyAccelerator(Accelerator):
+        """Lightning's accelerator for what anyaccel selected (one class for Trainer and Fabric).
+
+        ``AnyAccelerator()`` follows :func:`anyaccel.get_accelerator`; ``AnyAccelerator(acc)``
+        binds ``acc``. It travels by pickle to spawned processes; a backend that holds its vendor
+        module (which does not pickle) is rebuilt there from its class, ``type(acc)()``.
+        Lightning asks some questions of the class rather than the instance (``parse_devices``,
+        ``is_available``): a bound instance gets a class of its own that answers them for ``acc``.
+        """
+
+        _bound: ClassVar[AnyaccelAccelerator | None] = None
+
+        def __new__(cls, accelerator: AnyaccelAccelerator | None = None) -> AnyAccelerator:
+            if accelerator is not None and cls._bound is not accelerator:
+                cls = _bound_class_for(AnyAccelerator, id(accelerator), accelerator)
+            return super().__new__(cls)
+
+        def __init__(self, accelerator: AnyaccelAccelerator | None = None) -> None:
+            super().__init__()
+
+        def __reduce__(self) -> tuple[Any, ...]:
+            bound = type(self)._bound
+            if bound is None:
+                return (_unpickled, (package, None, None))
+            try:
+                pickle.dumps(bound)
+            except (pickle.PicklingError, TypeError, AttributeError):
+                # Backends hold their vendor module, which does not pickle: the child builds
+                # the same backend class afresh (it finds its own module).
+                return (_unpickled, (package, None, type(bound)))
+            return (_unpickled, (package, bound, None))
+
+        # ------------------------------------------------------------ what it delegates to
+        @classmethod
+        def anyaccel(cls) -> AnyaccelAccelerator:
+            """The anyaccel accelerator this class answers for (bound, else the selected one)."""
+            return cls._bound if cls._bound is not None else _default_accelerator()
+
+        @classmethod
+        def device_type(cls) -> str:
+            """The torch device type of that accelerator (``"cpu"``, ``"npu"``, ``"mlu"``...)."""
+            return _device_type(cls.anyaccel())
+
+        # ------------------------------------------------------------ Lightning's class-level API
+        @classmethod
+        def name(cls) -> str:
+            """``"anyaccel"``: the registry name, whatever backend runs underneath."""
+            return ACCELERATOR_NAME
+
+        @classmethod
+        def is_available(cls) -> bool:
+            """Whether the accelerator can run here (the CPU always can)."""
+            accelerator = cls.anyaccel()
+            return _is_host(accelerator) or bool(accelerator.is_available())
+
+        @classmethod
+        def auto_device_count(cls) -> int:
+            """Every visible device; one process on the CPU (as Lightning's CPU accelerator)."""
+            accelerator = cls.anyaccel()
+            return 1 if _is_host(accelerator) else int(accelerator.device_count())
+
+        @classmethod
+        def parse_devices(cls, devices: Any) -> int | list[int]:
+            """``devices`` as indices (validated against the device count); a count on the CPU.
+
+            :raises LightningSetupError: a value that is no device choice, or more devices (or
+                a higher index) than the accelerator has.
+            """
+            accelerator = cls.anyaccel()
+            if _is_host(accelerator):
+                return _parse_processes(devices)
+            if (
+                isinstance(devices, list)
+                and devices
+                and all(isinstance(d, torch.device) for d in devices)
+            ):
+                devices = [int(d.index or 0) for d in devices]
+            count = int(accelerator.device_count())
+            return _parse_indices(devices, count, _device_type(accelerator))
+
+        @classmethod
+        def get_parallel_devices(cls, devices: Any) -> list[torch.device]:
+            """One ``torch.device`` per process: the parsed indices on the accelerator's type."""
+            accelerator = cls.anyaccel()
+            parsed = cls.parse_devices(devices)
+            if isinstance(parsed, int):
+                return [torch.device("cpu")] * parsed
+            return [accelerator.device(index) for index in parsed]
+
+        # ------------------------------------------------------------ per process
+        def setup_device(self, device: torch.device) -> None:
+            """Make ``device`` current; a device of another type than the accelerator's is an error.
+
+            :raises LightningSetupError: ``device`` is not on the accelerator (Lightning would
+                otherwise train there, e.g. on the CPU, without saying so).
+            """
+            accelerator = self.anyaccel()
+            expected = _device_type(accelerator)
+            device = torch.device(device)
+            if device.type != expected:
+                raise LightningSetupError(
+                    f"Lightning asked AnyAccelerator to set up {device}, but anyaccel's "
+                    f"accelerator runs on {expected!r}. Use an anyaccel strategy (strategy="
+                    f"'auto', '{_SINGLE_DEVICE}' or 'anyaccel_ddp') or one whose root device "
+                    f"is {expected!r}."
+                )
+            if expected != "cpu":
+                accelerator.set_device(0 if device.index is None else device.index)
+
+        def setup(self, trainer: pl.Trainer) -> None:
+            """Before the Trainer moves the model: check that strategy and precision are ours."""
+            check_placement(trainer.strategy, trainer.strategy.precision_plugin, self)
+
+        def get_device_stats(self, device: Any) -> dict[str, Any]:
+            """The accelerator's memory figures for ``device`` (those its backend provides)."""
+            accelerator = self.anyaccel()
+            index = torch.device(device).index
+            figures: dict[str, Any] = {}
+            for name in (
+                "memory_allocated",
+                "max_memory_allocated",
+                "memory_reserved",
+                "max_memory_reserved",
+                "total_memory",
+                "available_memory",
+            ):
+                try:
+                    figures[name] = int(getattr(accelerator, name)(index))
+                except UnsupportedFeatureError:
+                    continue
+            return figures
+
+        def teardown(self) -> None:
+            """Release the accelerator's cached memory (nothing to do on the CPU)."""
+            accelerator = self.anyaccel()
+            if not _is_host(accelerator):
+                accelerator.empty_cache()
+
+        @classmethod
+        def register_accelerators(cls, accelerator_registry: Any) -> None:
+            """Add ``"anyaccel"`` to ``accelerator_registry`` (once; never over another entry)."""
+            _register_once(accelerator_registry, ACCELERATOR_NAME, AnyAccelerator, "accelerator")
+
+    class AnySingleDeviceStrategy(SingleDeviceStrategy):
+        """The Trainer's single-device strategy, rooted on the accelerator's device by default."""
+
+        strategy_name = _SINGLE_DEVICE
+
+        def __init__(self, device: Any = None, **kwargs: Any) -> None:
+            super().__init__(device=_default_device() if device is None else device, **kwargs)
+
+        @classmethod
+        def register_strategies(cls, strategy_registry: Any) -> None:
+            """Register ``anyaccel_single_device``."""
+            _register_once(strategy_registry, cls.strategy_name, cls, "strategy")
+
+    class AnyDDPStrategy(DDPStrategy):
+        """The Trainer's DDP with anyaccel's process-group backend and streams."""
+
+        strategy_name = "anyaccel_ddp"
+
+        def _get_process_group_backend(self) -> str:
+            return (
+                self._process_group_backend
+                or _anyaccel_of(self.accelerator).communication_backend_name()
+            )
+
+        def _setup_model(self, model: torch.nn.Module) -> DistributedDataParallel:
+            device_ids = self.determine_ddp_device_ids()
+            context = (
+                _accelerator_stream(_anyaccel_of(self.accelerator))
+                if device_ids is not None
+                else nullcontext()
+            )
+            with context:
+                return DistributedDataParallel(
+                    module=model, device_ids=device_ids, **self._ddp_kwargs
+                )
+
+        @classmethod
+        def register_strategies(cls, strategy_registry: Any) -> None:
+            """Register ``anyaccel_ddp``, ``anyaccel_ddp_spawn`` and ``anyaccel_ddp_fork``."""
+            for name, start_method in STRATEGY_NAMES.items():
+                _register_once(strategy_registry, name, cls, "strategy", start_method=start_method)
+
+    class AnyFabricSingleDeviceStrategy(FabricSingleDeviceStrategy):
+        """Fabric's single-device strategy, rooted on the accelerator's device by default."""
+
+        def __init__(self, device: Any = None, **kwargs: Any) -> None:
+            super().__init__(device=_default_device() if device is None else device, **kwargs)
+
+        @classmethod
+        def register_strategies(cls, strategy_registry: Any) -> None:
+            """Register ``anyaccel_single_device``."""
+            _register_once(strategy_registry, _SINGLE_DEVICE, cls, "strategy")
+
+    class AnyFabricDDPStrategy(FabricDDPStrategy):
+        """Fabric's DDP with anyaccel's process-group backend and streams."""
+
+        def _get_process_group_backend(self) -> str:
+            return (
+                self._process_group_backend
+                or _anyaccel_of(self.accelerator).communication_backend_name()
+            )
+
+        def setup_module(self, module: torch.nn.Module) -> DistributedDataParallel:
+            """Wrap ``module`` in DDP, on a side stream of the accelerator (not torch.cuda's)."""
+            device_ids = self._determine_ddp_device_ids()
+            context = (
+                _accelerator_stream(_anyaccel_of(self.accelerator))
+                if device_ids is not None
+                else nullcontext()
+            )
+            with context:
+                return DistributedDataParallel(
+                    module=module, device_ids=device_ids, **self._ddp_kwargs
+                )
+
+        @classmethod
+        def register_strategies(cls, strategy_registry: Any) -> None:
+            """Register ``anyaccel_ddp``, ``anyaccel_ddp_spawn`` and ``anyaccel_ddp_fork``."""
+            for name, start_method in STRATEGY_NAMES.items():
+                _register_once(strategy_registry, name, cls, "strategy", start_method=start_method)
+
+    class AnyMixedPrecision(MixedPrecision):
+        """The Trainer's AMP plugin on the accelerator's device (its autocast and GradScaler)."""
+
+        def __init__(
+            self,
+            precision: _MixedName,
+            scaler: torch.amp.GradScaler | None = None,
+            accelerator: AnyaccelAccelerator | None = None,
+        ) -> None:
+            device = _checked_precision(precision, accelerator or _default_accelerator())
+            super().__init__(precision, device, scaler)
+
+    class AnyFabricMixedPrecision(FabricMixedPrecision):
+        """Fabric's AMP plugin on the accelerator's device (its autocast and GradScaler)."""
+
+        def __init__(
+            self,
+            precision: _MixedName,
+            scaler: torch.amp.GradScaler | None = None,
+            accelerator: AnyaccelAccelerator | None = None,
+        ) -> None:
+            device = _checked_precision(precision, accelerator or _default_accelerator())
+            super().__init__(precision, device, scaler)
+
+    sides = (
+        _Side(
+            trainer=True,
+            connector=TrainerConnector,
+            accelerators=load(trainer_package, "accelerators", "AcceleratorRegistry"),
+            strategies=load(trainer_package, "strategies", "StrategyRegistry"),
+            single=AnySingleDeviceStrategy,
+            ddp=AnyDDPStrategy,
+            precision=AnyMixedPrecision,
+            parallel_base=ParallelStrategy,
+            precision_base=MixedPrecision,
+            package=package,
+            accelerator=AnyAccelerator,
+        ),
+        _Side(
+            trainer=False,
+            connector=FabricConnector,
+            accelerators=load(fabric_package, "accelerators", "ACCELERATOR_REGISTRY"),
+            strategies=load(fabric_package, "strategies", "STRATEGY_REGISTRY"),
+            single=AnyFabricSingleDeviceStrategy,
+            ddp=AnyFabricDDPStrategy,
+            precision=AnyFabricMixedPrecision,
+            parallel_base=FabricParallelStrategy,
+            precision_base=FabricMixedPrecision,
+            package=package,
+            accelerator=AnyAccelerator,
+        ),
+    )
+    flavour = Flavour(
+        name=package,
+        trainer_package=trainer_package,
+        fabric_package=fabric_package,
+        version=version,
+        AnyAccelerator=AnyAccelerator,
+        AnySingleDeviceStrategy=AnySingleDeviceStrategy,
+        AnyDDPStrategy=AnyDDPStrategy,
+        AnyMixedPrecision=AnyMixedPrecision,
+        AnyFabricSingleDeviceStrategy=AnyFabricSingleDeviceStrategy,
+        AnyFabricDDPStrategy=AnyFabricDDPStrategy,
+        AnyFabricMixedPrecision=AnyFabricMixedPrecision,
+        _sides=sides,
+    )
+    for built in flavour._classes():  # pickle finds each as `<this module>.LIGHTNING.<name>`
+        built.__qualname__ = f"{_ATTRIBUTES[package]}.{built.__name__}"
+    return flavour
 
 
 # ====================================================================== the placement check
-def check_placement(strategy: Any, precision: Any, accelerator: AnyAccelerator) -> None:
+def check_placement(strategy: Any, precision: Any, accelerator: Any) -> None:
     """Refuse a strategy or precision plugin that would run off the accelerator's device.
+
+    ``accelerator`` is an ``AnyAccelerator`` of any :class:`Flavour`.
 
     :raises LightningSetupError: a multi-device strategy other than anyaccel's DDP (Lightning's
         DDP picks its backend and streams for CUDA or gloo; DP, FSDP, DeepSpeed, ModelParallel
         and XLA are not adapted), a strategy rooted on another device type, or mixed precision
         for another device.
     """
-    backend = accelerator.anyaccel()
+    backend = _anyaccel_of(accelerator)
     expected = _device_type(backend)
-    if isinstance(strategy, (_ParallelStrategy, _FabricParallelStrategy)) and not isinstance(
-        strategy, (AnyDDPStrategy, AnyFabricDDPStrategy)
+    parallel = tuple(side.parallel_base for side in _SIDES)
+    if isinstance(strategy, parallel) and not isinstance(
+        strategy, tuple(side.ddp for side in _SIDES)
     ):
         raise LightningSetupError(
             f"{type(strategy).__name__} is not adapted to anyaccel's {expected!r} accelerator "
@@ -560,7 +737,8 @@ def check_placement(strategy: Any, precision: Any, accelerator: AnyAccelerator) 
             f"'{_SINGLE_DEVICE}'/'anyaccel_ddp'."
         )
     device = getattr(precision, "device", None)
-    if isinstance(precision, (_MixedPrecision, _FabricMixedPrecision)) and device != expected:
+    mixed = tuple(side.precision_base for side in _SIDES)
+    if isinstance(precision, mixed) and device != expected:
         raise LightningSetupError(
             f"{type(precision).__name__} autocasts on {device!r}, but anyaccel's accelerator runs "
             f"on {expected!r}. Pass precision='16-mixed'/'bf16-mixed' (anyaccel builds the plugin) "
@@ -577,36 +755,77 @@ def _root_device(strategy: Any) -> torch.device | None:
 
 
 # ====================================================================== the connectors
-_Method = TypeVar("_Method", bound=Callable[..., Any])
+def _side_of(connector: Any) -> _Side:
+    """The package half (Trainer or Fabric) whose connector ``connector`` is."""
+    for side in _SIDES:
+        if isinstance(connector, side.connector):
+            return side
+    raise LightningSetupError(  # only a connector class hooked by hand gets here
+        f"{type(connector).__name__} is no connector of a Lightning package anyaccel registered "
+        f"with ({', '.join(FLAVOURS)})."
+    )
 
 
-def _uses_anyaccel(connector: Any) -> bool:
+def _package_of(value: object) -> Flavour | None:
+    """The package whose anyaccel class ``value`` is an instance of (None: no anyaccel class)."""
+    for flavour in FLAVOURS.values():
+        if isinstance(value, flavour._classes()):
+            return flavour
+    return None
+
+
+def _check_config_and_set_final_flags(
+    original: Callable[..., Any], connector: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """Before Lightning reads the flags: another package's anyaccel instance is an error.
+
+    Lightning would only say the object is no valid accelerator/strategy/plugin.
+    """
+    side = _side_of(connector)
+    given = [*args, *kwargs.values()]
+    given.extend(
+        item for value in list(given) if isinstance(value, (list, tuple)) for item in value
+    )
+    for value in given:
+        owner = _package_of(value)
+        if owner is not None and owner.name != side.package:
+            ours = FLAVOURS[side.package]
+            api = (
+                f"{ours.trainer_package}.Trainer"
+                if side.trainer
+                else f"{ours.fabric_package}.Fabric"
+            )
+            raise LightningSetupError(
+                f"{type(value).__qualname__} is anyaccel's class for the {owner.name!r} package, "
+                f"but this is a {api}. Pass anyaccel.integrations.lightning."
+                f"{_ATTRIBUTES[side.package]}.{type(value).__name__.split('[')[0]} instead, or "
+                f"the name (accelerator='anyaccel', strategy='anyaccel_ddp'...)."
+            )
+    return original(connector, *args, **kwargs)
+
+
+def _uses_anyaccel(side: _Side, connector: Any) -> bool:
     chosen = getattr(connector, "accelerator", None)
     if chosen is None:
         chosen = getattr(connector, "_accelerator_flag", None)
-    return isinstance(chosen, AnyAccelerator) or chosen == ACCELERATOR_NAME
+    return isinstance(chosen, side.accelerator) or chosen == ACCELERATOR_NAME
 
 
 def _choose_strategy(original: Callable[[Any], Any], connector: Any) -> Any:
     """For anyaccel: a single-device strategy on its device, else DDP with its backend."""
-    if not _uses_anyaccel(connector):
+    side = _side_of(connector)
+    if not _uses_anyaccel(side, connector):
         return original(connector)
     chosen = original(connector)
     if isinstance(chosen, str):
         return _STOCK_DDP.get(chosen, chosen)
     devices = connector._parallel_devices
-    device = devices[0] if devices else _default_device()
-    single = (
-        AnySingleDeviceStrategy
-        if isinstance(connector, _TrainerConnector)
-        else AnyFabricSingleDeviceStrategy
-    )
-    return single(device=device)
+    return side.single(device=devices[0] if devices else _default_device())
 
 
 def _init_strategy(original: Callable[[Any], Any], connector: Any) -> Any:
     """For anyaccel: Lightning's own DDP names become anyaccel's before the registry lookup."""
-    if _uses_anyaccel(connector) and isinstance(connector._strategy_flag, str):
+    if _uses_anyaccel(_side_of(connector), connector) and isinstance(connector._strategy_flag, str):
         connector._strategy_flag = _STOCK_DDP.get(
             connector._strategy_flag, connector._strategy_flag
         )
@@ -615,21 +834,24 @@ def _init_strategy(original: Callable[[Any], Any], connector: Any) -> Any:
 
 def _check_and_init_precision(original: Callable[[Any], Any], connector: Any) -> Any:
     """For anyaccel and 16-mixed/bf16-mixed: the AMP plugin for its device (or an error)."""
-    trainer = isinstance(connector, _TrainerConnector)
-    flag = connector._precision_flag if trainer else connector._precision_input
-    given = connector._precision_plugin_flag if trainer else connector._precision_instance
-    if not _uses_anyaccel(connector) or given is not None or flag not in ("16-mixed", "bf16-mixed"):
+    side = _side_of(connector)
+    flag = connector._precision_flag if side.trainer else connector._precision_input
+    given = connector._precision_plugin_flag if side.trainer else connector._precision_instance
+    if (
+        not _uses_anyaccel(side, connector)
+        or given is not None
+        or flag not in ("16-mixed", "bf16-mixed")
+    ):
         return original(connector)
-    if trainer:
+    if side.trainer:
         connector._validate_precision_choice()
-        return AnyMixedPrecision(flag, accelerator=connector.accelerator.anyaccel())
-    return AnyFabricMixedPrecision(flag, accelerator=connector.accelerator.anyaccel())
+    return side.precision(flag, accelerator=connector.accelerator.anyaccel())
 
 
 def _lazy_init_strategy(original: Callable[[Any], Any], connector: Any) -> Any:
     """After Lightning wires the strategy: refuse anything that runs off the device."""
     result = original(connector)
-    if isinstance(connector.accelerator, AnyAccelerator):
+    if isinstance(connector.accelerator, _side_of(connector).accelerator):
         precision = getattr(connector, "precision_plugin", None) or getattr(
             connector, "precision", None
         )
@@ -637,56 +859,60 @@ def _lazy_init_strategy(original: Callable[[Any], Any], connector: Any) -> Any:
     return result
 
 
-_CONNECTOR_HOOKS: dict[str, Callable[[Callable[[Any], Any], Any], Any]] = {
+_CONNECTOR_HOOKS: dict[str, Callable[..., Any]] = {
     "_choose_strategy": _choose_strategy,
     "_init_strategy": _init_strategy,
     "_check_and_init_precision": _check_and_init_precision,
     "_lazy_init_strategy": _lazy_init_strategy,
+    "_check_config_and_set_final_flags": _check_config_and_set_final_flags,
 }
 
 
-def _hook_connector(connector_class: type) -> None:
-    """Wrap the connector's methods with the anyaccel hooks (once; other accelerators untouched)."""
+def _check_hookable(connector_class: type) -> None:
+    """:raises LightningUnavailableError: the connector lacks a method anyaccel wraps."""
     missing = [
         name for name in _CONNECTOR_HOOKS if not callable(getattr(connector_class, name, None))
     ]
     if missing:
         raise LightningUnavailableError(
-            f"lightning {LIGHTNING_VERSION}: {connector_class.__name__} has no "
-            f"{', '.join(missing)}; "
-            f"anyaccel.integrations.lightning supports lightning{SUPPORTED_LIGHTNING}."
+            f"{connector_class.__module__}.{connector_class.__qualname__} has no "
+            f"{', '.join(missing)}; anyaccel.integrations.lightning supports Lightning "
+            f"{SUPPORTED_LIGHTNING} (installed: "
+            f"{', '.join(f'{name} {version}' for name, version in _VERSIONS.items())})."
         )
+
+
+def _hook_connector(connector_class: type) -> None:
+    """Wrap the connector's methods with the anyaccel hooks (once; other accelerators untouched)."""
+    _check_hookable(connector_class)
     for name, hook in _CONNECTOR_HOOKS.items():
         original = getattr(connector_class, name)
         if getattr(original, "__anyaccel_hook__", None) is hook:
             continue
 
-        def wrapped(
-            self: Any,
-            __original: Callable[[Any], Any] = original,
-            __hook: Callable[[Callable[[Any], Any], Any], Any] = hook,
-        ) -> Any:
-            return __hook(__original, self)
+        setattr(connector_class, name, _wrapped(original, hook))
 
-        functools.update_wrapper(wrapped, original)
-        wrapped.__anyaccel_hook__ = hook  # type: ignore[attr-defined]
-        setattr(connector_class, name, wrapped)
+
+def _wrapped(original: Callable[..., Any], hook: Callable[..., Any]) -> Callable[..., Any]:
+    """``original`` run through ``hook(original, self, ...)``, marked as anyaccel's."""
+
+    @functools.wraps(original)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return hook(original, self, *args, **kwargs)
+
+    wrapped.__anyaccel_hook__ = hook  # type: ignore[attr-defined]
+    return wrapped
 
 
 # ====================================================================== registration
 def _entries() -> list[tuple[Any, str, type, str, dict[str, Any]]]:
     """Every (registry, name, class, kind, init params) anyaccel adds to Lightning."""
-    entries: list[tuple[Any, str, type, str, dict[str, Any]]] = [
-        (registry, ACCELERATOR_NAME, AnyAccelerator, "accelerator", {})
-        for registry in (_TRAINER_ACCELERATORS, _FABRIC_ACCELERATORS)
-    ]
-    for registry, single, ddp in (
-        (_TRAINER_STRATEGIES, AnySingleDeviceStrategy, AnyDDPStrategy),
-        (_FABRIC_STRATEGIES, AnyFabricSingleDeviceStrategy, AnyFabricDDPStrategy),
-    ):
-        entries.append((registry, _SINGLE_DEVICE, single, "strategy", {}))
+    entries: list[tuple[Any, str, type, str, dict[str, Any]]] = []
+    for side in _SIDES:
+        entries.append((side.accelerators, ACCELERATOR_NAME, side.accelerator, "accelerator", {}))
+        entries.append((side.strategies, _SINGLE_DEVICE, side.single, "strategy", {}))
         entries.extend(
-            (registry, name, ddp, "strategy", {"start_method": start_method})
+            (side.strategies, name, side.ddp, "strategy", {"start_method": start_method})
             for name, start_method in STRATEGY_NAMES.items()
         )
     return entries
@@ -715,20 +941,42 @@ def _register_once(registry: Any, name: str, target: type, kind: str, **init_par
 
 
 def register() -> None:
-    """Register the accelerator and strategies in both registries and hook both connectors.
+    """Register the accelerator and strategies in every registry and hook every connector.
 
-    Runs once on import of this module; calling it again changes nothing. Lightning's own
-    names (``cpu``, ``cuda``, ``mps``, ``tpu``, ``ddp``...) are never replaced. Every name is
-    checked before any is added, so a conflict leaves both registries as they were.
+    That is the Trainer's and Fabric's registries and connectors of each installed package
+    (:data:`FLAVOURS`). Runs once on import of this module; calling it again changes nothing.
+    Lightning's own names (``cpu``, ``cuda``, ``mps``, ``tpu``, ``ddp``...) are never
+    replaced. Every name and connector is checked before anything is added, so a conflict
+    leaves every registry as it was.
 
     :raises LightningSetupError: another object is registered under one of anyaccel's names.
     """
+    for side in _SIDES:
+        _check_hookable(side.connector)
     entries = _entries()
     missing = [entry for entry in entries if not _is_ours(*entry)]
     for registry, name, target, _kind, init_params in missing:
         registry.register(name, target, description=f"anyaccel: {name}", **init_params)
-    _hook_connector(_TrainerConnector)
-    _hook_connector(_FabricConnector)
+    for side in _SIDES:
+        _hook_connector(side.connector)
 
+
+#: Each installed Lightning package's :class:`Flavour`, by package name (a key of :data:`PACKAGES`).
+FLAVOURS: dict[str, Flavour] = {name: _build(name, version) for name, version in _VERSIONS.items()}
+#: The ``lightning`` package's classes (``lightning.pytorch``, ``lightning.fabric``), or ``None``.
+LIGHTNING: Flavour | None = FLAVOURS.get("lightning")
+#: The standalone packages' classes (``pytorch_lightning``, ``lightning_fabric``), or ``None``.
+PYTORCH_LIGHTNING: Flavour | None = FLAVOURS.get("pytorch_lightning")
+_SIDES: tuple[_Side, ...] = tuple(side for flavour in FLAVOURS.values() for side in flavour._sides)
+
+# The module's own names: the `lightning` package's classes, else the standalone packages'.
+_MAIN = LIGHTNING or FLAVOURS["pytorch_lightning"]
+AnyAccelerator = _MAIN.AnyAccelerator
+AnySingleDeviceStrategy = _MAIN.AnySingleDeviceStrategy
+AnyDDPStrategy = _MAIN.AnyDDPStrategy
+AnyMixedPrecision = _MAIN.AnyMixedPrecision
+AnyFabricSingleDeviceStrategy = _MAIN.AnyFabricSingleDeviceStrategy
+AnyFabricDDPStrategy = _MAIN.AnyFabricDDPStrategy
+AnyFabricMixedPrecision = _MAIN.AnyFabricMixedPrecision
 
 register()
