@@ -5,7 +5,8 @@ DeepSpeed's ``set_accelerator`` accepts only instances of its own ABC. The contr
 DeepSpeed: with a DeepSpeed already in ``sys.modules`` at once, otherwise through a small
 meta-path hook the moment DeepSpeed's ABC module finishes loading. The same hook can hand an
 accelerator to DeepSpeed the moment its ``real_accelerator`` module loads, before DeepSpeed's
-own import-time detection runs (see :func:`anyaccel.integrations.deepspeed.install`).
+own import-time detection refuses a ``DS_ACCELERATOR`` it does not know (see
+:func:`anyaccel.integrations.deepspeed.install`).
 
 It needs nothing of anyaccel but :mod:`anyaccel.forksafe`, so the contract can import it.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -81,11 +83,23 @@ def _after_load(module: ModuleType) -> None:
     with _lock:
         pending = _pending[:1]
     setter = getattr(module, "set_accelerator", None)
-    if pending and callable(setter):
+    if pending and callable(setter) and _deepspeed_would_refuse(module):
         try:
             setter(pending[0])
         except Exception as error:  # DeepSpeed's import goes on; install() reports the outcome
             logger.warning("handing the accelerator to DeepSpeed as it loaded failed: %s", error)
+
+
+def _deepspeed_would_refuse(selector: ModuleType) -> bool:
+    """Whether DeepSpeed's own import-time detection will refuse ``DS_ACCELERATOR``.
+
+    Only then is the accelerator handed over early: DeepSpeed binds its op-builder classes
+    (whose native modules its optimizers call) while it is imported, from the accelerator it
+    has then, and for a name it knows those must stay its own.
+    """
+    name = os.environ.get("DS_ACCELERATOR")
+    known = getattr(selector, "SUPPORTED_ACCELERATOR_LIST", None)
+    return name is not None and isinstance(known, list | tuple) and name not in known
 
 
 def registered_abcs() -> list[type]:
@@ -160,10 +174,12 @@ def register_with_deepspeed(cls: type) -> None:
 
 
 def hand_over_when_loaded(accelerator: object | None) -> None:
-    """Have DeepSpeed's selector take ``accelerator`` the moment it loads (``None``: stop).
+    """Have DeepSpeed's selector take ``accelerator`` as it loads, if it would refuse the
+    ``DS_ACCELERATOR`` name (``None``: stop).
 
     DeepSpeed picks its accelerator while ``import deepspeed`` runs and refuses a
-    ``DS_ACCELERATOR`` it does not know; set before that, its cached choice wins.
+    ``DS_ACCELERATOR`` it does not know (``musa``, a plugin's name); set before that, its
+    cached choice wins. For a name it knows, nothing is done early.
     """
     with _lock:
         _pending[:] = [] if accelerator is None else [accelerator]

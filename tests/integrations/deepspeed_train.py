@@ -10,8 +10,10 @@ process group, one DeepSpeed import) to keep the suite fast. Rank 0 writes JSON:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
+import sys
 import warnings
 
 import torch
@@ -99,7 +101,14 @@ def main() -> None:
             used_name = f"{used.__module__}.{used.__qualname__}"
             json.dump({"accelerator": used_name, "losses": losses}, out)
     torch.distributed.barrier()
+    # End the job as docs/distributed.md says: DeepSpeed's engines keep their gloo groups
+    # alive to exit, where a worker still releasing a collective's tensors aborts the process
+    # now and then (SIGABRT after all the work is done, for DeepSpeed's own accelerator too).
+    gc.collect()
     torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

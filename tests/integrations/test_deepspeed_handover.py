@@ -245,3 +245,21 @@ def test_deepspeed_failing_to_import_is_a_clear_error(tmp_path: Path) -> None:
         paths=(str(tmp_path),),
     )
     assert "ok" in result.stdout
+
+
+def test_install_before_import_keeps_deepspeeds_own_op_builders(ds_python: str) -> None:
+    # For a name DeepSpeed knows, the hand-over waits until DeepSpeed has bound its op-builder
+    # classes (its optimizers call their native modules' C++ interface), as before.
+    run_python(
+        ds_python,
+        """
+        import os
+        os.environ["DS_ACCELERATOR"] = "cpu"
+        from anyaccel.integrations.deepspeed import install
+        acc = install()
+        from deepspeed.accelerator import get_accelerator
+        from deepspeed.ops.op_builder import CPUAdamBuilder
+        assert get_accelerator() is acc
+        assert CPUAdamBuilder.__module__.startswith("deepspeed."), CPUAdamBuilder.__module__
+        """,
+    )

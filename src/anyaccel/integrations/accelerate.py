@@ -32,13 +32,13 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
-import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from anyaccel.errors import AcceleratorError, AnyaccelWarning
+from anyaccel.forksafe import ForkSafeLock
 
 if TYPE_CHECKING:
     from anyaccel.abstract import Accelerator
@@ -405,7 +405,7 @@ class Installation:
     partial_state_cpu: bool
 
 
-_lock = threading.RLock()
+_lock = ForkSafeLock(reentrant=True)  # renewed in a forked child
 _installation: Installation | None = None
 _original_init: Callable[..., None] | None = None
 
