@@ -164,7 +164,8 @@ def iter_python_files(
         except OSError as error:
             if problems is None and isinstance(error, FileNotFoundError):
                 raise FileNotFoundError(f"{root}: no such file or directory") from None
-            report(f"{root}: {_why(error)}")
+            missing = isinstance(error, FileNotFoundError)
+            report(f"{root}: no such file or directory" if missing else f"{root}: {_why(error)}")
             continue
         if stat.S_ISDIR(root_stat.st_mode):
             yield from _walk(root, list(excludes), respect_gitignore, report)

@@ -22,11 +22,13 @@ from pathlib import Path
 from anyaccel.errors import AcceleratorError
 
 __all__ = [
+    "PreparedWrite",
     "SourceFile",
     "SourceReadError",
     "SourceWriteError",
     "newline_of",
     "read_source",
+    "writable_problem",
     "write_atomically",
 ]
 
@@ -79,7 +81,9 @@ def read_source(path: Path) -> SourceFile:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as error:  # an unknown codec in the cookie, or a BOM/cookie conflict
-        raise SourceReadError(f"{path}: cannot read: {error.msg}") from None
+        if "invalid or missing encoding" not in error.msg:
+            raise SourceReadError(f"{path}: cannot read: {error.msg}") from None
+        encoding = "utf-8"  # not UTF-8 in its first lines: the decode below names the byte
     bom = data.startswith(codecs.BOM_UTF8)
     body = data[len(codecs.BOM_UTF8) :] if bom else data
     codec = "utf-8" if encoding == "utf-8-sig" else encoding
