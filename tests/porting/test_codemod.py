@@ -239,3 +239,8 @@ def test_an_expression_too_deep_for_libcst_is_refused_quickly() -> None:
     deep = "x = " + " + ".join(["torch.cuda.current_device()"] * (MAX_NESTING + 10)) + "\n"
     with pytest.raises(PortError, match=r"deep\.py:1: an expression nested more than"):
         port_source(deep, "deep.py")
+
+
+def test_after_a_lone_docstring_the_import_is_followed_by_a_blank_line() -> None:
+    ported = port_source('"""Doc."""\nx.cuda()\n').ported
+    assert ported.startswith(f'"""Doc."""\n{IMPORT}\nx.to(')

@@ -786,13 +786,26 @@ def _fix_imports(
     )
     if last_import is None:  # at the top, after the docstring: libcst keeps the header comments
         edit(0, lambda m: _insert_imports(m, new))
-        return
-    edit(last_import, lambda m: m.with_changes(body=[*m.body, *new]))
-    following = last_import + 1
+        if not _docstring_only(chunks[0]):
+            return
+        following = 1  # the docstring's chunk ends with the imports: the next one needs a gap
+    else:
+        edit(last_import, lambda m: m.with_changes(body=[*m.body, *new]))
+        following = last_import + 1
     if following < len(texts) and chunks[following].statements:
         head = texts[following]
         if not _LINE_END.match(head):  # code or a comment right below: one blank line first
             texts[following] = _newline(config) + head
+
+
+def _docstring_only(chunk: _Chunk) -> bool:
+    """Whether ``chunk`` is the module docstring alone."""
+    return (
+        len(chunk.statements) == 1
+        and isinstance(chunk.statements[0], ast.Expr)
+        and isinstance(chunk.statements[0].value, ast.Constant)
+        and isinstance(chunk.statements[0].value.value, str)
+    )
 
 
 def _newline(config: cst.PartialParserConfig) -> str:
