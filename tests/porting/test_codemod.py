@@ -244,3 +244,18 @@ def test_an_expression_too_deep_for_libcst_is_refused_quickly() -> None:
 def test_after_a_lone_docstring_the_import_is_followed_by_a_blank_line() -> None:
     ported = port_source('"""Doc."""\nx.cuda()\n').ported
     assert ported.startswith(f'"""Doc."""\n{IMPORT}\nx.to(')
+
+
+def test_imports_inside_functions_are_not_rewritten_in_place() -> None:
+    """``from torch.cuda import synchronize`` in a function crashed libcst (found in torch)."""
+    source = "import torch\n\ndef f():\n    from torch.cuda import synchronize\n    synchronize()\n"
+    result = port_source(source)
+    assert (
+        result.ported == f"import torch\n{IMPORT}\ndef f():\n    get_accelerator().synchronize()\n"
+    )
+
+
+def test_an_is_cuda_method_call_is_left_for_the_user() -> None:
+    """``meta.is_cuda()`` is some object's method (torch's inductor has one), not the property."""
+    result = port_source("import torch\nif meta.is_cuda():\n    pass\n")
+    assert not result.changed and [f.code for f in result.left] == ["ACC031"]

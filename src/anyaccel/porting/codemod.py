@@ -251,6 +251,12 @@ class _Porter(cst.CSTTransformer):
         self._thaw()
         return updated_node
 
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False  # "import torch.cuda.nccl as n" names a module: never a call to rewrite
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
     def visit_ConcatenatedString(self, node: cst.ConcatenatedString) -> bool:
         return False  # implicit concatenation: not a device string on its own
 
@@ -261,6 +267,8 @@ class _Porter(cst.CSTTransformer):
         func = node.func
         if self.qualified(func) == "torch.device" and len(node.args) == 1:
             self._device_positions.add(id(node.args[0].value))
+        if isinstance(func, cst.Attribute) and func.attr.value == "is_cuda":
+            self._handled.add(id(func))  # x.is_cuda() is some object's method, not the property
         is_to = isinstance(func, cst.Attribute) and func.attr.value == "to"
         if is_to and node.args and node.args[0].keyword is None:
             self._device_positions.add(id(node.args[0].value))
@@ -298,8 +306,11 @@ class _Porter(cst.CSTTransformer):
                 func=cst.parse_expression("torch.amp.GradScaler"),
                 args=[device, *updated_node.args],
             )
-        if isinstance(func, cst.Attribute) and self.qualified(func.value) != "torch":
-            assert isinstance(updated_node.func, cst.Attribute)
+        if (
+            isinstance(func, cst.Attribute)
+            and isinstance(updated_node.func, cst.Attribute)  # not already rewritten
+            and self.qualified(func.value) != "torch"
+        ):
             receiver = updated_node.func.value
             if func.attr.value == "cuda":
                 return self._to_device(updated_node, receiver)
@@ -592,6 +603,13 @@ def _guarded(step: Callable[[], _T], path: str, line: int) -> _T:
         raise PortError(
             f"{path}:{line}: the statement here is nested too deeply for the porter; "
             "port it by hand (the file is left as it was)"
+        ) from None
+    except cst.ParserSyntaxError:
+        raise
+    except Exception as error:  # a rewrite libcst refuses: a bug of ours, one file's error
+        raise PortError(
+            f"{path}:{line}: the porter failed on the statement here ({type(error).__name__}: "
+            f"{error}); the file is left as it was. Please report this with the file."
         ) from None
 
 
