@@ -182,3 +182,80 @@ def test_any_mix_ports_to_parsable_idempotent_code_that_check_agrees_with(
     ast.parse(result.ported)
     assert port_source(result.ported).ported == result.ported
     assert len(check_source(result.ported)) == len(result.left)
+
+
+def _apply(original: str, diff: str) -> str:
+    """``diff`` (unified, as ``PortResult.diff`` writes it) applied to ``original``."""
+    from anyaccel.porting.codemod import _lines
+
+    source, out, at = _lines(original), [], 0
+    for line in _lines(diff)[2:]:
+        if line.startswith("@@"):
+            start = int(line.split()[1][1:].split(",")[0])
+            length = line.split()[1].split(",")
+            begin = start if len(length) > 1 and length[1] == "0" else start - 1
+            out.extend(source[at:begin])
+            at = begin
+        elif line.startswith((" ", "-")):
+            at += 1
+            if line[0] == " ":
+                out.append(line[1:])
+        else:
+            out.append(line[1:])
+    return "".join(out + source[at:])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.sampled_from([*SNIPPETS, "A = 1", "# note", "B = 2; C = 3"]), max_size=12),
+    st.sampled_from(["\n", "\r\n"]),
+)
+def test_the_diff_rebuilds_the_port_and_endings_are_kept(parts: list[str], newline: str) -> None:
+    """The per-statement port: its diff applies back, CRLF stays CRLF, nothing else moves."""
+    source = ("import torch\n" + "\n".join(parts) + "\n").replace("\n", newline)
+    result = port_source(source)
+    assert _apply(source, result.diff()) == result.ported
+    if newline == "\r\n":
+        assert result.ported.count("\n") == result.ported.count("\r\n")
+
+
+def test_statements_sharing_a_line_and_a_header_comment_are_kept() -> None:
+    source = "#!/usr/bin/env python\n# licence\nA = 1; x.cuda()\n"
+    ported = port_source(source).ported
+    assert ported.startswith("#!/usr/bin/env python\n# licence\n" + IMPORT)
+    assert ported.endswith("A = 1; x.to(get_accelerator().current_device_name())\n")
+
+
+def test_left_lines_refer_to_the_original_far_down_a_file() -> None:
+    filler = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(50))
+    source = f"import torch\n{filler}x.cuda()\n{filler}y = x.cuda(dev)\n"
+    result = port_source(source)
+    assert [(f.line, f.code) for f in result.left] == [(source.count("\n"), "ACC030")]
+
+
+def test_an_expression_too_deep_for_libcst_is_refused_quickly() -> None:
+    from anyaccel.porting.codemod import MAX_NESTING
+
+    deep = "x = " + " + ".join(["torch.cuda.current_device()"] * (MAX_NESTING + 10)) + "\n"
+    with pytest.raises(PortError, match=r"deep\.py:1: an expression nested more than"):
+        port_source(deep, "deep.py")
+
+
+def test_after_a_lone_docstring_the_import_is_followed_by_a_blank_line() -> None:
+    ported = port_source('"""Doc."""\nx.cuda()\n').ported
+    assert ported.startswith(f'"""Doc."""\n{IMPORT}\nx.to(')
+
+
+def test_imports_inside_functions_are_not_rewritten_in_place() -> None:
+    """``from torch.cuda import synchronize`` in a function crashed libcst (found in torch)."""
+    source = "import torch\n\ndef f():\n    from torch.cuda import synchronize\n    synchronize()\n"
+    result = port_source(source)
+    assert (
+        result.ported == f"import torch\n{IMPORT}\ndef f():\n    get_accelerator().synchronize()\n"
+    )
+
+
+def test_an_is_cuda_method_call_is_left_for_the_user() -> None:
+    """``meta.is_cuda()`` is some object's method (torch's inductor has one), not the property."""
+    result = port_source("import torch\nif meta.is_cuda():\n    pass\n")
+    assert not result.changed and [f.code for f in result.left] == ["ACC031"]

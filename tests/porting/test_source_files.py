@@ -93,3 +93,17 @@ def test_any_pattern_line_parses_or_is_skipped(line: str) -> None:
     pattern = IgnorePattern.parse(line)
     if pattern is not None:
         pattern.regex.match("a/b.py")
+
+
+def test_walk_problems_are_listed_and_the_walk_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "loop.py").symlink_to("loop.py")
+    (tmp_path / "dangling.py").symlink_to("gone.py")
+    (tmp_path / "m.py").write_text("x = 1\n")
+    problems: list[str] = []
+    found = list(iter_python_files([tmp_path / "nope", tmp_path], [], True, problems))
+    assert found == [tmp_path / "m.py"]
+    assert problems == [
+        f"{tmp_path / 'nope'}: no such file or directory",
+        f"{tmp_path / 'loop.py'}: cannot read: a symbolic link loop "
+        "(the link points back at itself)",
+    ]

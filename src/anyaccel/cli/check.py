@@ -18,6 +18,7 @@ from pathlib import Path
 from anyaccel.porting.checker import Finding, check_source
 from anyaccel.porting.config import CheckConfig, ConfigError, find_config
 from anyaccel.porting.source_files import iter_python_files
+from anyaccel.porting.source_text import SourceReadError, read_source
 
 __all__ = ["add_arguments", "check_file", "check_paths", "format_findings", "run"]
 
@@ -49,15 +50,20 @@ def _codes(text: str | None) -> tuple[str, ...]:
 def check_file(path: Path) -> tuple[list[Finding], str | None]:
     """The findings in one file, or why it could not be checked."""
     try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        return [], f"{path}: cannot read: {error}"
+        source = read_source(path).text
+    except SourceReadError as error:
+        return [], str(error)
     try:
         return check_source(source, str(path)), None
     except SyntaxError as error:
         return [], f"{path}:{error.lineno}:{error.offset}: cannot parse: {error.msg}"
-    except (ValueError, RecursionError) as error:  # null bytes, absurd nesting
+    except ValueError as error:  # null bytes
         return [], f"{path}: cannot parse: {error}"
+    except (RecursionError, MemoryError) as error:
+        return [], (
+            f"{path}: cannot parse: {type(error).__name__}: an expression is nested too "
+            "deeply for Python's parser; split it into smaller expressions"
+        )
 
 
 def check_paths(
@@ -71,10 +77,9 @@ def check_paths(
     enabled = settings.enabled_codes()
     findings: list[Finding] = []
     errors: list[str] = []
-    try:
-        files = list(iter_python_files(paths, settings.exclude_rules(), settings.respect_gitignore))
-    except FileNotFoundError as error:
-        return [], [str(error)]
+    files = list(
+        iter_python_files(paths, settings.exclude_rules(), settings.respect_gitignore, errors)
+    )
     if len(files) >= _PARALLEL_FROM and (os.cpu_count() or 1) > 1:
         workers = min(os.cpu_count() or 1, 8)
         with concurrent.futures.ProcessPoolExecutor(workers) as pool:

@@ -343,13 +343,27 @@ def format_environment(data: dict[str, Any]) -> str:
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
 
 
+def _cell(value: object) -> str:
+    """``value`` as one Markdown table cell: ``|`` escaped, line breaks as ``<br>``."""
+    text = str(value).replace("\\", "\\\\").replace("|", "\\|")
+    return text.replace("\r\n", "<br>").replace("\r", "<br>").replace("\n", "<br>")
+
+
+def _longest_backtick_run(text: str) -> int:
+    longest = run = 0
+    for character in text:
+        run = run + 1 if character == "`" else 0
+        longest = max(longest, run)
+    return longest
+
+
 def format_markdown(data: dict[str, Any], trace: str = "") -> str:
     """A block to paste into an issue: a table, then the detection trace if given."""
     body = ["| | |", "|---|---|"]
-    escaped = [(label, str(value).replace("|", "\\|")) for label, value in _lines(data)]
-    body += [f"| {label} | {value} |" for label, value in escaped]
+    body += [f"| {_cell(label)} | {_cell(value)} |" for label, value in _lines(data)]
     if trace:
-        body += ["", "```", trace, "```"]
+        fence = "`" * max(3, _longest_backtick_run(trace) + 1)  # a ``` inside cannot end it
+        body += ["", fence, trace, fence]
     return "\n".join(
         [
             "<details><summary>anyaccel report</summary>",

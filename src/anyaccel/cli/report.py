@@ -11,10 +11,13 @@ summary method that raises shows as an error in its row: the report never ends i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["SummaryError", "accelerator_summary", "add_arguments", "run"]
@@ -89,8 +92,111 @@ def _json_value(value: Any) -> Any:
     return {"error": value.text} if isinstance(value, SummaryError) else value
 
 
+class _CapturedStdout:
+    """What was written to file descriptor 1 while it pointed at a temporary file."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+
+@contextlib.contextmanager
+def _stdout_captured() -> Iterator[_CapturedStdout]:
+    """Point fd 1 (and ``sys.stdout``) at a temporary file: C libraries' prints land there too.
+
+    Plugins and vendor libraries may print while they load; the report's own output
+    (``--json``) must stay the only thing on stdout.
+    """
+    captured = _CapturedStdout()
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 1)
+            try:
+                yield captured
+            finally:
+                sys.stdout.flush()
+                _flush_c_stdio()
+                os.dup2(saved, 1)
+                sink.seek(0)
+                captured.text = sink.read().decode("utf-8", errors="replace")
+    finally:
+        os.close(saved)
+
+
+def _flush_c_stdio() -> None:
+    """``fflush(NULL)``: C code's buffered ``printf`` output goes where fd 1 points now."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no C library to ask (not on this platform)
+        pass
+
+
+def _torch_import_problem() -> str | None:
+    """Why ``import torch`` fails here, said for a person (the autoload case named), or None."""
+    try:
+        import torch  # noqa: F401
+    except Exception as error:  # torch's own import, and third-party code it runs
+        if "TORCH_DEVICE_BACKEND_AUTOLOAD" not in str(error):
+            return f"importing torch failed: {type(error).__name__}: {error}"
+        cause = error.__cause__
+        raised = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+        return (
+            f"importing torch failed: a torch device-backend plugin raised while torch "
+            f"autoloaded it{raised}. torch runs every entry point of the group "
+            f"'torch.backends' on import; installed here: {_torch_backend_entry_points()}. "
+            "Fix or uninstall that package, or set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to skip "
+            "autoloading"
+        )
+    return None
+
+
+def _torch_backend_entry_points() -> str:
+    """The ``torch.backends`` entry points, with the distributions that declare them."""
+    import importlib.metadata
+
+    found = []
+    for distribution in importlib.metadata.distributions():
+        for entry in distribution.entry_points:
+            if entry.group == "torch.backends":
+                name = distribution.metadata["Name"]
+                found.append(f"{entry.name} = {entry.value} (from {name} {distribution.version})")
+    return "; ".join(found) or "none found"
+
+
 def run(args: argparse.Namespace) -> int:
-    """Detect, then print the trace, warnings and summary; exit 1 if detection fails."""
+    """Detect, then print the trace, warnings and summary; exit 1 if detection fails.
+
+    Whatever plugins or vendor libraries print while loading is kept off stdout (it goes to
+    stderr, and into ``"captured_stdout"`` with ``--json``), so ``--json`` is always JSON.
+    """
+    with _stdout_captured() as captured:
+        status, output = _collect(args)
+    if captured.text:
+        sys.stderr.write(
+            "anyaccel report: printed to stdout while loading (moved here):\n" + captured.text
+        )
+        if not captured.text.endswith("\n"):
+            sys.stderr.write("\n")
+    if args.json:
+        data = output if isinstance(output, dict) else {"error": output}
+        data["captured_stdout"] = captured.text
+        print(json.dumps(data, indent=2, default=str))
+    elif status == 0:
+        print(output)
+    return status
+
+
+def _collect(args: argparse.Namespace) -> tuple[int, dict[str, Any] | str]:
+    """(exit status, the report as data or text); errors are printed on stderr."""
+    from anyaccel.cli.environment import SCHEMA_VERSION
+
+    problem = _torch_import_problem()
+    if problem is not None:
+        print(f"anyaccel report: {problem}", file=sys.stderr)
+        return 1, {"schema_version": SCHEMA_VERSION, "error": problem}
     from anyaccel.detection import detect_accelerator
 
     with warnings.catch_warnings(record=True) as caught:
@@ -101,11 +207,10 @@ def run(args: argparse.Namespace) -> int:
             for warning in caught:
                 print(f"warning: {warning.message}", file=sys.stderr)
             print(f"anyaccel report: {error}", file=sys.stderr)
-            return 1
+            return 1, {"schema_version": SCHEMA_VERSION, "error": str(error)}
         summary = accelerator_summary(accelerator, devices=args.devices)
     shown_warnings = [f"{w.category.__name__}: {w.message}" for w in caught]
     from anyaccel.cli.environment import (
-        SCHEMA_VERSION,
         environment_report,
         format_environment,
         format_markdown,
@@ -114,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     environment = environment_report(accelerator, devices=args.devices)
     frameworks = _framework_sections(accelerator)
     if args.json:
-        data = {
+        return 0, {
             "schema_version": SCHEMA_VERSION,
             "report": report.to_dict(),
             "accelerator": {key: _json_value(value) for key, value in summary.items()},
@@ -122,8 +227,6 @@ def run(args: argparse.Namespace) -> int:
             "environment": environment,
             **{name: section for name, (section, _) in frameworks.items()},
         }
-        print(json.dumps(data, indent=2, default=str))
-        return 0
     width = max(len(key) for key in summary)
     summary_text = "\n".join(
         f"{key:<{width}}  {', '.join(value) if isinstance(value, list) else value}"
@@ -133,17 +236,9 @@ def run(args: argparse.Namespace) -> int:
     if shown_warnings:
         trace += "\n\nwarnings:\n" + "\n".join(f"  {text}" for text in shown_warnings)
     if args.markdown:
-        print(format_markdown(environment, trace=f"{trace}\n\n{summary_text}"))
-        return 0
-    print(trace)
-    print()
-    print(summary_text)
-    print()
-    print(format_environment(environment))
-    for _, text in frameworks.values():
-        print()
-        print(text)
-    return 0
+        return 0, format_markdown(environment, trace=f"{trace}\n\n{summary_text}")
+    sections = [trace, summary_text, format_environment(environment)]
+    return 0, "\n\n".join([*sections, *(text for _, text in frameworks.values())])
 
 
 def _framework_sections(accelerator: Any) -> dict[str, tuple[dict[str, Any], str]]:

@@ -15,16 +15,18 @@ from typing import NamedTuple
 from anyaccel.porting.rules import CUDA_ALIASES, RULES, portable_cuda_names
 
 __all__ = [
+    "TRIGGER",
     "Finding",
     "check_source",
     "classify",
     "could_match",
     "is_cuda_guard",
     "parse_ignores",
+    "trigger_lines",
 ]
 
 #: Every rule needs one of these in the source text; a file without them has no finding.
-_TRIGGER = re.compile(r"cud|CUD|nccl|pin_memory")
+TRIGGER = re.compile(r"cud|CUD|nccl|pin_memory")
 _IGNORE = re.compile(r"#\s*anyaccel:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 _DEVICE_STRING = re.compile(r"cuda(?::\d+)?")
 
@@ -52,7 +54,7 @@ class Finding(NamedTuple):
 
 def could_match(source: str) -> bool:
     """Whether ``source`` contains a word some rule needs (cheap pre-filter before parsing)."""
-    return _TRIGGER.search(source) is not None
+    return TRIGGER.search(source) is not None
 
 
 def parse_ignores(source: str) -> dict[int, frozenset[str] | None]:
@@ -297,7 +299,7 @@ def is_cuda_fstring(node: ast.JoinedStr) -> bool:
     )
 
 
-def _trigger_lines(source: str, pattern: re.Pattern[str]) -> list[int]:
+def trigger_lines(source: str, pattern: re.Pattern[str]) -> list[int]:
     """Sorted 1-based numbers of the lines where ``pattern`` matches."""
     lines: list[int] = []
     line, position = 1, 0
@@ -324,7 +326,7 @@ def check_source(source: str, path: str = "<string>") -> list[Finding]:
     if not could_match(source):
         return []
     tree = ast.parse(source, filename=path)
-    visitor = _Visitor(_trigger_lines(source, _TRIGGER))
+    visitor = _Visitor(trigger_lines(source, TRIGGER))
     visitor.collect_aliases(tree.body)
     # Names imported from torch.cuda (``from torch.cuda import synchronize``) trigger too.
     imported = sorted(
@@ -332,7 +334,7 @@ def check_source(source: str, path: str = "<string>") -> list[Finding]:
     )
     if imported:
         words = re.compile(r"\b(?:" + "|".join(map(re.escape, imported)) + r")\b")
-        visitor.trigger_lines = sorted({*visitor.trigger_lines, *_trigger_lines(source, words)})
+        visitor.trigger_lines = sorted({*visitor.trigger_lines, *trigger_lines(source, words)})
     visitor.scan(tree.body)
     ignores = parse_ignores(source)
     lines = source.splitlines()

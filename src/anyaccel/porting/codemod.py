@@ -8,20 +8,29 @@ and the check can never disagree. The result must parse, or nothing is returned.
 from __future__ import annotations
 
 import ast
+import bisect
 import difflib
 import re
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, TypeVar
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
 
 from anyaccel.errors import AnyaccelError
-from anyaccel.porting.checker import Finding, check_source, classify, could_match
+from anyaccel.porting.checker import (
+    TRIGGER,
+    Finding,
+    check_source,
+    classify,
+    could_match,
+    trigger_lines,
+)
+from anyaccel.porting.source_text import newline_of
 
-__all__ = ["PortError", "PortResult", "port_source"]
+__all__ = ["MAX_NESTING", "LineEdit", "PortError", "PortResult", "port_source"]
+
+_T = TypeVar("_T")
 
 #: Positional parameters of ``torch.cuda.amp.autocast``, which ``torch.autocast`` takes by keyword.
 _AUTOCAST_PARAMETERS = ("enabled", "dtype", "cache_enabled")
@@ -38,6 +47,15 @@ class PortError(AnyaccelError, ValueError):
     """The file cannot be ported: it does not parse, or the port would not parse (a bug)."""
 
 
+class LineEdit(NamedTuple):
+    """Lines ``original[a_start:a_end]`` became ``ported[b_start:b_end]`` (0-based)."""
+
+    a_start: int
+    a_end: int
+    b_start: int
+    b_end: int
+
+
 class PortResult(NamedTuple):
     """A ported file: the new text, how many rewrites, and what is left for the user."""
 
@@ -46,6 +64,8 @@ class PortResult(NamedTuple):
     ported: str
     rewrites: int
     left: list[Finding]
+    #: The changed lines, in order; empty means "not known": ``diff()`` then compares all lines.
+    edits: tuple[LineEdit, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -54,14 +74,66 @@ class PortResult(NamedTuple):
 
     def diff(self) -> str:
         """The change as a unified diff (empty if nothing changed)."""
-        return "".join(
-            difflib.unified_diff(
-                self.original.splitlines(keepends=True),
-                self.ported.splitlines(keepends=True),
-                f"a/{self.path}",
-                f"b/{self.path}",
-            )
-        )
+        if not self.changed:
+            return ""
+        original, ported = _lines(self.original), _lines(self.ported)
+        edits = self.edits or _line_edits(original, ported, 0, 0)
+        return _unified_diff(original, ported, edits, f"a/{self.path}", f"b/{self.path}")
+
+
+def _line_edits(
+    original: Sequence[str], ported: Sequence[str], a_offset: int, b_offset: int
+) -> tuple[LineEdit, ...]:
+    """The changed line ranges between two (small) texts, shifted by the offsets."""
+    matcher = difflib.SequenceMatcher(None, original, ported, autojunk=False)
+    return tuple(
+        LineEdit(a1 + a_offset, a2 + a_offset, b1 + b_offset, b2 + b_offset)
+        for tag, a1, a2, b1, b2 in matcher.get_opcodes()
+        if tag != "equal"
+    )
+
+
+def _unified_diff(
+    original: Sequence[str],
+    ported: Sequence[str],
+    edits: Sequence[LineEdit],
+    from_name: str,
+    to_name: str,
+    context: int = 3,
+) -> str:
+    """A unified diff from known edits: no whole-file matching, so linear in the file."""
+    if not edits:
+        return ""
+    groups = [[edits[0]]]
+    for edit in edits[1:]:
+        if edit.a_start - groups[-1][-1].a_end <= 2 * context:
+            groups[-1].append(edit)
+        else:
+            groups.append([edit])
+    out = [f"--- {from_name}\n", f"+++ {to_name}\n"]
+    for group in groups:
+        first, last = group[0], group[-1]
+        a1 = max(first.a_start - context, 0)
+        b1 = first.b_start - (first.a_start - a1)
+        a2 = min(last.a_end + context, len(original))
+        b2 = last.b_end + (a2 - last.a_end)
+        out.append(f"@@ -{_hunk_range(a1, a2)} +{_hunk_range(b1, b2)} @@\n")
+        at = a1
+        for edit in group:
+            out.extend(" " + line for line in original[at : edit.a_start])
+            out.extend("-" + line for line in original[edit.a_start : edit.a_end])
+            out.extend("+" + line for line in ported[edit.b_start : edit.b_end])
+            at = edit.a_end
+        out.extend(" " + line for line in original[at:a2])
+    return "".join(out)
+
+
+def _hunk_range(start: int, stop: int) -> str:
+    """``start,length`` as unified diffs write it (1-based; a lone line has no length)."""
+    length = stop - start
+    if length == 1:
+        return f"{start + 1}"
+    return f"{start if length == 0 else start + 1},{length}"
 
 
 def _accelerator(method: str, *args: cst.Arg) -> cst.Call:
@@ -88,36 +160,6 @@ def _is_guard(test: cst.BaseExpression) -> bool:
     from anyaccel.porting.checker import is_cuda_guard
 
     return is_cuda_guard(tree.body)
-
-
-class _Aliases(cst.CSTVisitor):
-    """Local name -> dotted name it was imported as, as the checker resolves them."""
-
-    def __init__(self) -> None:
-        self.aliases: dict[str, str] = {}
-        #: Local name -> (module, imported object or None, alias or None), for removing it.
-        self.imports: dict[str, tuple[str, str | None, str | None]] = {}
-
-    def visit_Import(self, node: cst.Import) -> None:
-        for alias in node.names:
-            name = get_full_name_for_node(alias.name) or ""
-            if alias.asname is not None:
-                local = get_full_name_for_node(alias.asname.name) or ""
-                self.aliases[local] = name
-                self.imports[local] = (name, None, local)
-            else:
-                top = name.split(".")[0]
-                self.aliases[top] = top
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if node.module is None or node.relative or isinstance(node.names, cst.ImportStar):
-            return
-        module = get_full_name_for_node(node.module) or ""
-        for alias in node.names:
-            name = get_full_name_for_node(alias.name) or ""
-            asname = get_full_name_for_node(alias.asname.name) if alias.asname else None
-            self.aliases[asname or name] = f"{module}.{name}"
-            self.imports[asname or name] = (module, name, asname)
 
 
 class _Porter(cst.CSTTransformer):
@@ -210,6 +252,12 @@ class _Porter(cst.CSTTransformer):
         self._thaw()
         return updated_node
 
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False  # "import torch.cuda.nccl as n" names a module: never a call to rewrite
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
     def visit_ConcatenatedString(self, node: cst.ConcatenatedString) -> bool:
         return False  # implicit concatenation: not a device string on its own
 
@@ -220,6 +268,8 @@ class _Porter(cst.CSTTransformer):
         func = node.func
         if self.qualified(func) == "torch.device" and len(node.args) == 1:
             self._device_positions.add(id(node.args[0].value))
+        if isinstance(func, cst.Attribute) and func.attr.value == "is_cuda":
+            self._handled.add(id(func))  # x.is_cuda() is some object's method, not the property
         is_to = isinstance(func, cst.Attribute) and func.attr.value == "to"
         if is_to and node.args and node.args[0].keyword is None:
             self._device_positions.add(id(node.args[0].value))
@@ -257,8 +307,11 @@ class _Porter(cst.CSTTransformer):
                 func=cst.parse_expression("torch.amp.GradScaler"),
                 args=[device, *updated_node.args],
             )
-        if isinstance(func, cst.Attribute) and self.qualified(func.value) != "torch":
-            assert isinstance(updated_node.func, cst.Attribute)
+        if (
+            isinstance(func, cst.Attribute)
+            and isinstance(updated_node.func, cst.Attribute)  # not already rewritten
+            and self.qualified(func.value) != "torch"
+        ):
             receiver = updated_node.func.value
             if func.attr.value == "cuda":
                 return self._to_device(updated_node, receiver)
@@ -457,29 +510,38 @@ class _Porter(cst.CSTTransformer):
 def port_source(source: str, path: str = "<string>") -> PortResult:
     """``source`` ported, with the findings the port left (lines of the original source).
 
-    Raises ``PortError`` if ``source`` does not parse, or if the port would not parse.
+    Line endings (``\\r\\n``, mixed) are kept as they are outside the rewritten spans. The
+    file is ported one top-level statement at a time, and only the statements that mention
+    CUDA go through libcst, so time and memory grow with the file like ``check``'s.
+
+    Raises ``PortError`` if ``source`` does not parse, nests an expression too deeply for
+    the porter, or if the port would not parse.
     """
     if not could_match(source):
         return PortResult(path, source, source, 0, [])
-    try:
-        ast.parse(source)
-    except SyntaxError as error:
-        where = f"{path}:{error.lineno}:{error.offset}"
-        raise PortError(f"{where}: cannot parse: {error.msg}") from None
-    try:
-        module = cst.parse_module(source)
-    except cst.ParserSyntaxError as error:
-        raise PortError(
-            f"{path}:{error.raw_line}:{error.raw_column}: libcst cannot parse this file "
-            f"({error.message}); a newer libcst may: pip install -U libcst"
-        ) from None
-    collector = _Aliases()
-    module.visit(collector)
-    porter = _Porter(collector.aliases)
-    ported = module.visit(porter)
-    if porter.rewrites:
-        ported = _fix_imports(ported, porter, collector)
-    text = ported.code
+    tree = _parse(source, path)
+    starts = _line_starts(source)
+    chunks = _chunks(tree, len(starts))
+    config = cst.PartialParserConfig(
+        default_indent=_indent_of(source, tree, starts), default_newline=newline_of(source)
+    )
+    aliases, imports = _ast_aliases(tree)
+    triggers = _port_trigger_lines(source, aliases)
+    texts = [_span_text(source, starts, chunk.first, chunk.last) for chunk in chunks]
+    total = _Totals()
+    for index, chunk in enumerate(chunks):
+        position = bisect.bisect_left(triggers, chunk.first)
+        if not chunk.statements or position == len(triggers) or triggers[position] > chunk.last:
+            continue  # nothing here that a rewrite could touch
+        _refuse_deep_nesting(chunk.statements, path)
+        porter = _Porter(aliases)
+        ported = _port_chunk(texts[index], config, porter, path, chunk.first)
+        if porter.rewrites:
+            texts[index] = ported
+            total.add(porter)
+    if total.rewrites:
+        _fix_imports(texts, chunks, config, total, aliases, imports)
+    text = "".join(texts)
     try:
         ast.parse(text)
     except SyntaxError as error:  # pragma: no cover - a bug in a rewrite; refuse, never write
@@ -487,32 +549,464 @@ def port_source(source: str, path: str = "<string>") -> PortResult:
             f"{path}: the port would not parse ({error.msg}, line {error.lineno}); "
             "the file is left as it was. Please report this with the file."
         ) from None
-    left = [f._replace(line=_original_line(source, text, f.line)) for f in check_source(text, path)]
-    return PortResult(path, source, text, porter.rewrites, left)
+    mapping = _LineMap(source, chunks, texts)
+    left = [f._replace(line=mapping.original_line(f.line)) for f in check_source(text, path)]
+    return PortResult(path, source, text, total.rewrites, left, mapping.edits())
 
 
-def _fix_imports(module: cst.Module, porter: _Porter, imports: _Aliases) -> cst.Module:
-    """Add ``from anyaccel import get_accelerator`` (and ``import torch``); drop dead imports."""
-    context = CodemodContext()
-    if "get_accelerator" not in imports.aliases:  # a DeepSpeed-style import of it is kept
-        AddImportsVisitor.add_needed_import(context, "anyaccel", "get_accelerator")
-    if porter.used_torch and imports.aliases.get("torch") != "torch":
-        AddImportsVisitor.add_needed_import(context, "torch")
-    for head in porter.replaced_heads:
-        if head in imports.imports and imports.aliases[head].startswith("torch.cuda"):
-            module_name, obj, asname = imports.imports[head]
-            RemoveImportsVisitor.remove_unused_import(context, module_name, obj, asname)
-    module = AddImportsVisitor(context).transform_module(module)
-    return RemoveImportsVisitor(context).transform_module(module)
+#: Deeper expressions than this make libcst's parser take minutes (it grows ~cubically).
+MAX_NESTING = 500
 
 
-def _original_line(original: str, ported: str, line: int) -> int:
-    """The line of ``original`` that line ``line`` of ``ported`` came from (1-based)."""
-    matcher = difflib.SequenceMatcher(
-        None, original.splitlines(), ported.splitlines(), autojunk=False
+class _Chunk(NamedTuple):
+    """Consecutive lines (1-based, inclusive) holding whole top-level statements."""
+
+    first: int
+    last: int
+    statements: tuple[ast.stmt, ...]
+
+
+class _Totals:
+    """What the ports of all chunks did, for fixing the imports once."""
+
+    def __init__(self) -> None:
+        self.rewrites = 0
+        self.used_torch = False
+        self.replaced_heads: set[str] = set()
+
+    def add(self, porter: _Porter) -> None:
+        self.rewrites += porter.rewrites
+        self.used_torch |= porter.used_torch
+        self.replaced_heads |= porter.replaced_heads
+
+
+def _parse(source: str, path: str) -> ast.Module:
+    """``source``'s tree; every way it can fail is a ``PortError`` naming the file."""
+    try:
+        return ast.parse(source)
+    except SyntaxError as error:
+        where = f"{path}:{error.lineno}:{error.offset}"
+        raise PortError(f"{where}: cannot parse: {error.msg}") from None
+    except ValueError as error:  # NUL bytes
+        raise PortError(f"{path}: cannot parse: {error}") from None
+    except (RecursionError, MemoryError):
+        raise PortError(
+            f"{path}: cannot parse: an expression is nested too deeply for Python's parser; "
+            "split it into smaller expressions"
+        ) from None
+
+
+def _guarded(step: Callable[[], _T], path: str, line: int) -> _T:
+    """``step()``, with libcst's recursion or memory exhaustion as a ``PortError``."""
+    try:
+        return step()
+    except (RecursionError, MemoryError):
+        raise PortError(
+            f"{path}:{line}: the statement here is nested too deeply for the porter; "
+            "port it by hand (the file is left as it was)"
+        ) from None
+    except cst.ParserSyntaxError:
+        raise
+    except Exception as error:  # a rewrite libcst refuses: a bug of ours, one file's error
+        raise PortError(
+            f"{path}:{line}: the porter failed on the statement here ({type(error).__name__}: "
+            f"{error}); the file is left as it was. Please report this with the file."
+        ) from None
+
+
+def _port_chunk(
+    text: str, config: cst.PartialParserConfig, porter: _Porter, path: str, line: int
+) -> str:
+    """One chunk's text ported by ``porter``."""
+    module = _parse_chunk(text, config, path, line)
+    return _guarded(lambda: module.visit(porter).code, path, line)
+
+
+def _parse_chunk(text: str, config: cst.PartialParserConfig, path: str, line: int) -> cst.Module:
+    try:
+        return _guarded(lambda: cst.parse_module(text, config), path, line)
+    except cst.ParserSyntaxError as error:
+        raise PortError(
+            f"{path}:{line + error.raw_line - 1}:{error.raw_column}: libcst cannot parse this "
+            f"file ({error.message}); a newer libcst may: pip install -U libcst"
+        ) from None
+
+
+def _refuse_deep_nesting(statements: Sequence[ast.stmt], path: str) -> None:
+    """Raise ``PortError`` past ``MAX_NESTING`` nested expressions (libcst would hang)."""
+    stack: list[tuple[ast.AST, int]] = [(s, 0) for s in statements]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, ast.BoolOp):
+            depth += len(node.values) - 1  # libcst nests what ast keeps flat
+        elif isinstance(node, ast.Compare):
+            depth += len(node.ops)
+        elif isinstance(node, ast.expr):
+            depth += 1
+        if depth > MAX_NESTING:
+            raise PortError(
+                f"{path}:{getattr(node, 'lineno', '?')}: an expression nested more than "
+                f"{MAX_NESTING} levels deep; the porter would take minutes on it: port this "
+                "file by hand or split the expression (the file is left as it was)"
+            )
+        stack.extend((child, depth) for child in ast.iter_child_nodes(node))
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def _line_starts(text: str) -> list[int]:
+    """Offset of each line's start (line ends as Python counts them: \\n, \\r\\n, \\r)."""
+    return [0, *(match.end() for match in _LINE_END.finditer(text))]
+
+
+def _lines(text: str) -> list[str]:
+    """``text`` cut into lines, each with its own ending (form feeds are not line ends)."""
+    starts = _line_starts(text)
+    ends = [*starts[1:], len(text)]
+    return [text[a:b] for a, b in zip(starts, ends, strict=True) if b > a]
+
+
+def _span_text(source: str, starts: list[int], first: int, last: int) -> str:
+    begin = starts[first - 1] if first - 1 < len(starts) else len(source)
+    end = starts[last] if last < len(starts) else len(source)
+    return source[begin:end]
+
+
+def _chunks(tree: ast.Module, line_count: int) -> list[_Chunk]:
+    """The file as chunks of whole top-level statements (comments above go with them)."""
+    chunks: list[_Chunk] = []
+    previous_last = 0
+    for statement in tree.body:
+        first = min([statement.lineno, *(d.lineno for d in _decorators(statement))])
+        last = statement.end_lineno or statement.lineno
+        if chunks and first <= previous_last:  # "a = 1; b = 2": one line, one chunk
+            merged = chunks.pop()
+            chunks.append(_Chunk(merged.first, last, (*merged.statements, statement)))
+        else:
+            chunks.append(_Chunk(previous_last + 1, last, (statement,)))
+        previous_last = last
+    if previous_last < line_count:
+        chunks.append(_Chunk(previous_last + 1, line_count, ()))  # trailing comments
+    return chunks
+
+
+def _decorators(statement: ast.stmt) -> list[ast.expr]:
+    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return statement.decorator_list
+    return []
+
+
+def _indent_of(source: str, tree: ast.Module, starts: list[int]) -> str:
+    """The file's first block indentation (what libcst would use for new blocks)."""
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.stmt) and isinstance(body, list) and body:
+            inner = body[0]
+            if inner.lineno != node.lineno and inner.col_offset:
+                line = _span_text(source, starts, inner.lineno, inner.lineno)
+                indent = line[: len(line) - len(line.lstrip(" \t"))]
+                if indent:
+                    return indent
+            break
+    return "    "
+
+
+def _ast_aliases(
+    tree: ast.Module,
+) -> tuple[dict[str, str], dict[str, tuple[str, str | None, str | None]]]:
+    """What ``_Aliases`` finds, from the stdlib tree (no libcst pass over the whole file)."""
+    aliases: dict[str, str] = {}
+    imports: dict[str, tuple[str, str | None, str | None]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    aliases[alias.asname] = alias.name
+                    imports[alias.asname] = (alias.name, None, alias.asname)
+                else:
+                    top = alias.name.split(".")[0]
+                    aliases[top] = top
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                if alias.name == "*":
+                    break
+                local = alias.asname or alias.name
+                aliases[local] = f"{node.module}.{alias.name}"
+                imports[local] = (node.module, alias.name, alias.asname)
+    return aliases, imports
+
+
+def _port_trigger_lines(source: str, aliases: dict[str, str]) -> list[int]:
+    """Lines a rewrite may touch: trigger words, and names imported from ``torch.cuda``."""
+    lines = trigger_lines(source, TRIGGER)
+    imported = sorted(
+        name for name, target in aliases.items() if classify(target) and name != target
     )
-    for _, a_start, a_end, b_start, b_end in matcher.get_opcodes():
-        if b_start < line <= b_end:
-            offset = min(line - 1 - b_start, max(a_end - a_start - 1, 0))
-            return a_start + offset + 1
-    return line
+    if imported:
+        words = re.compile(r"\b(?:" + "|".join(map(re.escape, imported)) + r")\b")
+        lines = sorted({*lines, *trigger_lines(source, words)})
+    return lines
+
+
+def _fix_imports(
+    texts: list[str],
+    chunks: list[_Chunk],
+    config: cst.PartialParserConfig,
+    total: _Totals,
+    aliases: dict[str, str],
+    imports: dict[str, tuple[str, str | None, str | None]],
+) -> None:
+    """Add ``from anyaccel import get_accelerator`` (and ``import torch``); drop dead imports.
+
+    Only the chunks holding the imports concerned are parsed again: libcst's scope-based
+    import visitors made ``port`` quadratic in the file's size (minutes on a large file).
+    """
+
+    def edit(index: int, change: Callable[[cst.Module], cst.Module]) -> None:
+        module = cst.parse_module(texts[index], config)
+        texts[index] = change(module).code
+
+    dead = _dead_imports("".join(texts), total, aliases, imports)
+    if dead:
+        for index, chunk in enumerate(chunks):
+            if any(_imports_any(statement, dead) for statement in chunk.statements):
+                edit(index, lambda m: m.visit(_ImportRemover(dead)))
+    wanted: list[str] = []
+    if total.used_torch and aliases.get("torch") != "torch":
+        wanted.append("import torch")
+    if "get_accelerator" not in aliases:  # a DeepSpeed-style import of it is kept
+        existing = next(
+            (
+                index
+                for index, chunk in enumerate(chunks)
+                for statement in chunk.statements
+                if isinstance(statement, ast.ImportFrom)
+                and statement.module == "anyaccel"
+                and not statement.level
+                and statement.names[0].name != "*"
+            ),
+            None,
+        )
+        if existing is not None:
+            edit(existing, _add_get_accelerator)
+        else:
+            wanted.append("from anyaccel import get_accelerator")
+    if not wanted:
+        return
+    new = [cst.parse_statement(line, config) for line in wanted]
+    last_import = max(
+        (
+            index
+            for index, chunk in enumerate(chunks)
+            if any(isinstance(s, ast.Import | ast.ImportFrom) for s in chunk.statements)
+        ),
+        default=None,
+    )
+    if last_import is None:  # at the top, after the docstring: libcst keeps the header comments
+        edit(0, lambda m: _insert_imports(m, new))
+        if not _docstring_only(chunks[0]):
+            return
+        following = 1  # the docstring's chunk ends with the imports: the next one needs a gap
+    else:
+        edit(last_import, lambda m: m.with_changes(body=[*m.body, *new]))
+        following = last_import + 1
+    if following < len(texts) and chunks[following].statements:
+        head = texts[following]
+        if not _LINE_END.match(head):  # code or a comment right below: one blank line first
+            texts[following] = _newline(config) + head
+
+
+def _docstring_only(chunk: _Chunk) -> bool:
+    """Whether ``chunk`` is the module docstring alone."""
+    return (
+        len(chunk.statements) == 1
+        and isinstance(chunk.statements[0], ast.Expr)
+        and isinstance(chunk.statements[0].value, ast.Constant)
+        and isinstance(chunk.statements[0].value.value, str)
+    )
+
+
+def _newline(config: cst.PartialParserConfig) -> str:
+    return str(config.default_newline or "\n")
+
+
+def _add_get_accelerator(module: cst.Module) -> cst.Module:
+    return _add_to_existing_from_import(module, "anyaccel", "get_accelerator") or module
+
+
+def _imports_any(statement: ast.stmt, dead: set[tuple[str, str | None, str | None]]) -> bool:
+    for node in ast.walk(statement):
+        if isinstance(node, ast.Import):
+            if any((a.name, None, a.asname) in dead for a in node.names):
+                return True
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and any((node.module, a.name, a.asname) in dead for a in node.names)
+        ):
+            return True
+    return False
+
+
+def _dead_imports(
+    ported: str,
+    total: _Totals,
+    aliases: dict[str, str],
+    imports: dict[str, tuple[str, str | None, str | None]],
+) -> set[tuple[str, str | None, str | None]]:
+    """The ``torch.cuda`` imports whose every use the port replaced."""
+    candidates = {
+        imports[head]
+        for head in total.replaced_heads
+        if head in imports and aliases[head].startswith("torch.cuda")
+    }
+    if not candidates:
+        return set()
+    used = _names_used(ported)
+    return {c for c in candidates if (c[2] or c[1] or c[0]).split(".")[0] not in used}
+
+
+def _names_used(code: str) -> set[str]:
+    """Every name read, written or exported (``__all__``) outside import statements."""
+    used: set[str] = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Name):
+            used.add(node.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            used.add(node.value)  # "__all__" entries, string annotations: kept, conservatively
+    return used
+
+
+class _ImportRemover(cst.CSTTransformer):
+    """Drops the given ``(module, object, alias)`` imports; descends into statements only."""
+
+    def __init__(self, dead: set[tuple[str, str | None, str | None]]) -> None:
+        super().__init__()
+        self.dead = dead
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return not isinstance(node, cst.BaseExpression) and super().on_visit(node)
+
+    def leave_Import(
+        self, original_node: cst.Import, updated_node: cst.Import
+    ) -> cst.Import | cst.RemovalSentinel:
+        kept = [
+            alias
+            for alias in updated_node.names
+            if (
+                get_full_name_for_node(alias.name) or "",
+                None,
+                get_full_name_for_node(alias.asname.name) if alias.asname else None,
+            )
+            not in self.dead
+        ]
+        return _with_names(updated_node, kept)
+
+    def leave_ImportFrom(
+        self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom
+    ) -> cst.ImportFrom | cst.RemovalSentinel:
+        if updated_node.module is None or isinstance(updated_node.names, cst.ImportStar):
+            return updated_node
+        module = get_full_name_for_node(updated_node.module) or ""
+        kept = [
+            alias
+            for alias in updated_node.names
+            if (
+                module,
+                get_full_name_for_node(alias.name) or "",
+                get_full_name_for_node(alias.asname.name) if alias.asname else None,
+            )
+            not in self.dead
+        ]
+        return _with_names(updated_node, kept)
+
+
+_ImportNode = TypeVar("_ImportNode", cst.Import, cst.ImportFrom)
+
+
+def _with_names(
+    node: _ImportNode, kept: list[cst.ImportAlias]
+) -> _ImportNode | cst.RemovalSentinel:
+    """``node`` importing only ``kept`` (removed when empty; no dangling comma)."""
+    if not kept:
+        return cst.RemoveFromParent()
+    if isinstance(node.names, cst.ImportStar) or len(kept) == len(node.names):
+        return node
+    kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return node.with_changes(names=kept)
+
+
+def _add_to_existing_from_import(module: cst.Module, source: str, name: str) -> cst.Module | None:
+    """``module`` with ``name`` added to its top-level ``from source import ...``, if it has one."""
+    for index, statement in enumerate(module.body):
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for position, small in enumerate(statement.body):
+            if (
+                isinstance(small, cst.ImportFrom)
+                and not small.relative
+                and small.module is not None
+                and get_full_name_for_node(small.module) == source
+                and not isinstance(small.names, cst.ImportStar)
+            ):
+                names = list(small.names)
+                if not isinstance(names[-1].comma, cst.Comma):
+                    names[-1] = names[-1].with_changes(comma=cst.Comma(cst.SimpleWhitespace(" ")))
+                names.append(cst.ImportAlias(cst.Name(name)))
+                body = list(statement.body)
+                body[position] = small.with_changes(names=names)
+                statements = list(module.body)
+                statements[index] = statement.with_changes(body=body)
+                return module.with_changes(body=statements)
+    return None
+
+
+def _insert_imports(module: cst.Module, new: Sequence[cst.BaseStatement]) -> cst.Module:
+    """``new`` at the top of ``module``, after its docstring, then one blank line."""
+    body = list(module.body)
+    first = body[0] if body else None
+    at = int(
+        isinstance(first, cst.SimpleStatementLine)
+        and len(first.body) == 1
+        and isinstance(first.body[0], cst.Expr)
+        and isinstance(first.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+    )
+    after = body[at:]
+    if after and not after[0].leading_lines:
+        after[0] = after[0].with_changes(leading_lines=[cst.EmptyLine()])
+    elif after and after[0].leading_lines[0].comment is not None:
+        after[0] = after[0].with_changes(leading_lines=[cst.EmptyLine(), *after[0].leading_lines])
+    return module.with_changes(body=[*body[:at], *new, *after])
+
+
+class _LineMap:
+    """Ported line -> original line, from the chunks' own small diffs."""
+
+    def __init__(self, source: str, chunks: Sequence[_Chunk], texts: Sequence[str]) -> None:
+        starts = _line_starts(source)
+        edits: list[LineEdit] = []
+        b_offset = 0
+        for chunk, text in zip(chunks, texts, strict=True):
+            original = _span_text(source, starts, chunk.first, chunk.last)
+            ported = _lines(text)
+            if text != original:
+                edits.extend(_line_edits(_lines(original), ported, chunk.first - 1, b_offset))
+            b_offset += len(ported)
+        self._edits = edits
+        self._b_starts = [edit.b_start for edit in edits]
+
+    def edits(self) -> tuple[LineEdit, ...]:
+        """Every changed line range, in order."""
+        return tuple(self._edits)
+
+    def original_line(self, line: int) -> int:
+        """The line of the original that ported line ``line`` (1-based) came from."""
+        index = bisect.bisect_right(self._b_starts, line - 1) - 1
+        if index < 0:
+            return line
+        edit = self._edits[index]
+        if line - 1 < edit.b_end:
+            offset = min(line - 1 - edit.b_start, max(edit.a_end - edit.a_start - 1, 0))
+            return edit.a_start + offset + 1
+        return line + edit.a_end - edit.b_end

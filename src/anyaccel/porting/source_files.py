@@ -7,9 +7,11 @@ named explicitly are always taken, as ruff and flake8 do.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+import stat
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,46 +145,102 @@ def _excluded(path: Path, is_dir: bool, rules: Sequence[IgnoreRules]) -> bool:
 
 
 def iter_python_files(
-    paths: Iterable[Path], excludes: Sequence[IgnoreRules], respect_gitignore: bool = True
+    paths: Iterable[Path],
+    excludes: Sequence[IgnoreRules],
+    respect_gitignore: bool = True,
+    problems: list[str] | None = None,
 ) -> Iterator[Path]:
     """Each ``*.py`` file under ``paths`` that no exclude (nor ``.gitignore``) rules out.
 
-    Raises ``FileNotFoundError`` naming a path that does not exist.
+    What cannot be walked (a symlink loop, a directory without permission, a path that
+    vanished) is appended to ``problems`` as ``"path: why"`` and the walk goes on. Without
+    a ``problems`` list, a missing path raises ``FileNotFoundError`` naming it, and the
+    other problems are skipped silently.
     """
+    report = problems.append if problems is not None else (lambda _: None)
     for root in paths:
-        if root.is_file():
-            yield root
+        try:
+            root_stat = root.stat()
+        except OSError as error:
+            if problems is None and isinstance(error, FileNotFoundError):
+                raise FileNotFoundError(f"{root}: no such file or directory") from None
+            missing = isinstance(error, FileNotFoundError)
+            report(f"{root}: no such file or directory" if missing else f"{root}: {_why(error)}")
             continue
-        if not root.is_dir():
-            raise FileNotFoundError(f"{root}: no such file or directory")
-        yield from _walk(root, list(excludes), respect_gitignore)
+        if stat.S_ISDIR(root_stat.st_mode):
+            yield from _walk(root, list(excludes), respect_gitignore, report)
+        else:
+            yield root
 
 
-def _walk(top: Path, rules: list[IgnoreRules], respect_gitignore: bool) -> Iterator[Path]:
+def _why(error: OSError) -> str:
+    """An ``OSError`` as a short reason (ELOOP says "a symlink loop")."""
+    if error.errno == errno.ELOOP:
+        return "cannot read: a symbolic link loop (the link points back at itself)"
+    if isinstance(error, FileNotFoundError):
+        return "no such file or directory (it may have been removed during the run)"
+    return f"cannot read: {error.strerror or error}"
+
+
+def _read_gitignore(directory: Path, report: Callable[[str], None]) -> IgnoreRules | None:
+    gitignore = directory / ".gitignore"
+    try:
+        text = gitignore.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        if error.errno in (errno.EISDIR, errno.ENOTDIR):
+            return None
+        report(f"{gitignore}: {_why(error)}; its patterns are not applied")
+        return None
+    return IgnoreRules.from_lines(directory, text.splitlines())
+
+
+def _walk(
+    top: Path, rules: list[IgnoreRules], respect_gitignore: bool, report: Callable[[str], None]
+) -> Iterator[Path]:
     active = [*rules, *_gitignores_above(top)] if respect_gitignore else rules
     stack: list[tuple[Path, list[IgnoreRules]]] = [(top, active)]
     while stack:
         directory, inherited = stack.pop()
         here = inherited
-        gitignore = directory / ".gitignore"
-        if respect_gitignore and gitignore.is_file():
-            text = gitignore.read_text(encoding="utf-8", errors="replace")
-            here = [*inherited, IgnoreRules.from_lines(directory, text.splitlines())]
+        if respect_gitignore:
+            found = _read_gitignore(directory, report)
+            if found is not None:
+                here = [*inherited, found]
         try:
             entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError:
+        except OSError as error:
+            report(f"{directory}: {_why(error)}")
             continue
         subdirs = []
         for entry in entries:
             path = Path(entry.path)
-            if entry.is_dir(follow_symlinks=False):
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                is_file = not is_dir and entry.name.endswith(".py") and entry.is_file()
+            except OSError as error:  # a symlink loop, a file removed meanwhile
+                report(f"{path}: {_why(error)}")
+                continue
+            if is_dir:
                 if not _excluded(path, True, here):
                     subdirs.append((path, here))
-            elif (
-                entry.name.endswith(".py") and entry.is_file() and not _excluded(path, False, here)
-            ):
+            elif entry.name.endswith(".py") and not is_file and entry.is_symlink():
+                _report_link(path, here, report)
+            elif is_file and not _excluded(path, False, here):
                 yield path
         stack.extend(reversed(subdirs))
+
+
+def _report_link(path: Path, rules: Sequence[IgnoreRules], report: Callable[[str], None]) -> None:
+    """A ``*.py`` symlink that leads nowhere: a loop is reported, a dangling link is skipped."""
+    if _excluded(path, False, rules):
+        return
+    try:
+        path.stat()
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            report(f"{path}: {_why(error)}")
 
 
 def _gitignores_above(top: Path) -> list[IgnoreRules]:
@@ -190,10 +248,9 @@ def _gitignores_above(top: Path) -> list[IgnoreRules]:
     found: list[IgnoreRules] = []
     directory = top.absolute().parent
     for parent in [directory, *directory.parents]:
-        gitignore = parent / ".gitignore"
-        if gitignore.is_file():
-            text = gitignore.read_text(encoding="utf-8", errors="replace")
-            found.append(IgnoreRules.from_lines(parent, text.splitlines()))
+        rules = _read_gitignore(parent, lambda _: None)
+        if rules is not None:
+            found.append(rules)
         if (parent / ".git").exists():
             break
     found.reverse()

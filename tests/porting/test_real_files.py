@@ -1,0 +1,146 @@
+"""``anyaccel check`` and ``port`` on files people really have, run as a user runs them.
+
+CRLF and mixed line endings, a UTF-8 BOM, a latin-1 coding cookie, symlink loops, read-only
+files, binary files named ``.py``, absurdly deep expressions: each is kept byte for byte or is
+one clear error (exit 2, no traceback) while the other files are still checked or ported.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+PORTED_LINE = b"get_accelerator().synchronize()"
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "anyaccel", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        timeout=120,
+    )
+
+
+def _no_traceback(result: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_write_keeps_crlf_endings_byte_for_byte(tmp_path: Path) -> None:
+    lines = [b"import torch", b"", b"def f():", b"    torch.cuda.synchronize()", b"    return 1"]
+    (tmp_path / "m.py").write_bytes(b"\r\n".join(lines) + b"\r\n")
+    result = run_cli("port", "--write", "m.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = (tmp_path / "m.py").read_bytes()
+    assert data.count(b"\n") == data.count(b"\r\n") == len(lines) + 1  # + the import
+    assert b"    " + PORTED_LINE + b"\r\n" in data
+    assert data.startswith(b"import torch\r\nfrom anyaccel import get_accelerator\r\n")
+
+
+def test_mixed_endings_outside_the_change_are_kept(tmp_path: Path) -> None:
+    source = b"import torch\r\nA = 1\nB = 2\r\ntorch.cuda.synchronize()\nC = 3\r\n"
+    (tmp_path / "m.py").write_bytes(source)
+    assert run_cli("port", "--write", "m.py", cwd=tmp_path).returncode == 0
+    data = (tmp_path / "m.py").read_bytes()
+    assert b"A = 1\nB = 2\r\n" in data and data.endswith(PORTED_LINE + b"\nC = 3\r\n")
+
+
+def test_a_utf8_bom_file_is_checked_and_ported_and_keeps_its_bom(tmp_path: Path) -> None:
+    body = "import torch\n# café\ntorch.cuda.synchronize()\n".encode()
+    (tmp_path / "m.py").write_bytes(b"\xef\xbb\xbf" + body)
+    check = run_cli("check", "m.py", cwd=tmp_path)
+    assert check.returncode == 1 and "m.py:3:1: ACC001" in check.stdout, check.stderr
+    port = run_cli("port", "--write", "m.py", cwd=tmp_path)
+    assert port.returncode == 0, port.stderr
+    data = (tmp_path / "m.py").read_bytes()
+    assert data.startswith(b"\xef\xbb\xbfimport torch\n") and data.count(b"\xef\xbb\xbf") == 1
+    assert "# café\n".encode() in data and data.endswith(PORTED_LINE + b"\n")
+
+
+def test_a_latin1_coding_cookie_is_read_and_written_in_latin1(tmp_path: Path) -> None:
+    source = b"# -*- coding: latin-1 -*-\nimport torch\n# caf\xe9\ntorch.cuda.synchronize()\n"
+    (tmp_path / "m.py").write_bytes(source)
+    assert run_cli("check", "m.py", cwd=tmp_path).returncode == 1
+    result = run_cli("port", "--write", "m.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = (tmp_path / "m.py").read_bytes()
+    assert b"# caf\xe9\n" in data and data.endswith(PORTED_LINE + b"\n")
+
+
+def test_an_undecodable_file_is_one_error_and_the_others_are_ported(tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_bytes(b"import torch\n# caf\xe9\ntorch.cuda.synchronize()\n")
+    (tmp_path / "binary.py").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00torch.cuda")
+    (tmp_path / "good.py").write_bytes(b"import torch\ntorch.cuda.synchronize()\n")
+    check = run_cli("check", ".", cwd=tmp_path)
+    assert check.returncode == 2 and "good.py:2:1: ACC001" in check.stdout
+    assert "bad.py: cannot read: byte 18 is not valid utf-8" in check.stderr
+    assert "binary.py: cannot read: a binary file" in check.stderr
+    port = run_cli("port", "--write", ".", cwd=tmp_path)
+    _no_traceback(port)
+    assert port.returncode == 2 and "2 error(s)" in port.stderr
+    assert (tmp_path / "good.py").read_bytes().endswith(PORTED_LINE + b"\n")
+
+
+def test_a_symlink_loop_is_one_error_and_the_rest_is_still_checked(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "a.py").symlink_to("b.py")
+    (package / "b.py").symlink_to("a.py")
+    (package / "m.py").write_text("import torch\ntorch.cuda.synchronize()\n")
+    check = run_cli("check", ".", cwd=tmp_path)
+    _no_traceback(check)
+    assert check.returncode == 2 and "m.py:2:1: ACC001" in check.stdout
+    assert check.stderr.count("symbolic link loop") == 2
+    port = run_cli("port", "--write", ".", cwd=tmp_path)
+    _no_traceback(port)
+    assert port.returncode == 2 and "ported 1 of 1 file(s)" in port.stderr
+    assert (package / "m.py").read_bytes().endswith(PORTED_LINE + b"\n")
+
+
+def test_a_read_only_file_stops_every_write_and_leaves_no_temporary(tmp_path: Path) -> None:
+    """All or nothing: the tree is never left half ported (holds as root: mode bits decide)."""
+    before = b"import torch\ntorch.cuda.synchronize()\n"
+    for name in ("a.py", "locked.py", "z.py"):
+        (tmp_path / name).write_bytes(before)
+    (tmp_path / "locked.py").chmod(0o444)
+    result = run_cli("port", "--write", ".", cwd=tmp_path)
+    _no_traceback(result)
+    assert result.returncode == 2
+    assert "locked.py: cannot write: the file is read-only (mode -r--r--r--)" in result.stderr
+    assert "nothing was written" in result.stderr
+    assert all((tmp_path / n).read_bytes() == before for n in ("a.py", "locked.py", "z.py"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "locked.py", "z.py"]
+
+
+def test_write_replaces_atomically_keeping_mode_and_symlinks(tmp_path: Path) -> None:
+    real = tmp_path / "real.py"
+    real.write_bytes(b"import torch\ntorch.cuda.synchronize()\n")
+    real.chmod(0o750)
+    (tmp_path / "link.py").symlink_to("real.py")
+    result = run_cli("port", "--write", "link.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "link.py").is_symlink() and real.read_bytes().endswith(PORTED_LINE + b"\n")
+    assert stat.S_IMODE(real.stat().st_mode) == 0o750
+
+
+@pytest.mark.parametrize("terms", [600, 20_000], ids=["too deep for libcst", "too deep for ast"])
+def test_a_very_deep_expression_is_one_clear_error(tmp_path: Path, terms: int) -> None:
+    deep = "import torch\nx = " + " + ".join(["torch.cuda.current_device()"] * terms) + "\n"
+    (tmp_path / "deep.py").write_text(deep)
+    (tmp_path / "good.py").write_bytes(b"import torch\ntorch.cuda.synchronize()\n")
+    port = run_cli("port", "--write", ".", cwd=tmp_path)
+    _no_traceback(port)
+    assert port.returncode == 2 and "deep.py" in port.stderr and "nested" in port.stderr
+    assert (tmp_path / "deep.py").read_text() == deep
+    assert (tmp_path / "good.py").read_bytes().endswith(PORTED_LINE + b"\n")
+    check = run_cli("check", "deep.py", cwd=tmp_path)
+    _no_traceback(check)
+    assert check.returncode in (1, 2)  # found, or "nested too deeply": never a traceback
