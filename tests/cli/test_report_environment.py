@@ -182,3 +182,54 @@ def test_an_accelerator_whose_methods_raise_shows_errors_in_their_rows(devices: 
     assert "\nerror " not in text  # an error answer is not taken for a variable name
     assert "driver gone" in format_markdown(data)
     json.dumps(data, default=str)
+
+
+_DRIVER_TEXT = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  "
+    "(dvs-builder@U16-I2-C03-12-4)  Thu Sep 25 2025\nGCC version:  gcc version 12.2.0\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("layout", "expected"),
+    [
+        ({"version.json": '{"cuda": {"version": "12.4.1"}, "cuda_nvcc": {"version": "12.4.131"}}'},
+         "12.4.131"),
+        ({"version.txt": "CUDA Version 10.2.89\n"}, "10.2.89"),
+        ({"dist-info/nvidia_cuda_nvcc-13.0.88.dist-info/METADATA": ""}, "13.0.88"),
+        ({}, "present, version unknown"),
+    ],
+)  # fmt: skip
+def test_the_gpu_toolkit_is_read_from_files(
+    tmp_path: Path, layout: dict[str, str], expected: str
+) -> None:
+    from anyaccel.cli.environment import gpu_toolkit
+
+    home = tmp_path / "cuda"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "nvcc").write_text("")
+    for name, text in layout.items():
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text(text)
+    driver = tmp_path / "version"
+    driver.write_text(_DRIVER_TEXT)
+    found = gpu_toolkit({"CUDA_HOME": str(home), "PATH": ""}, driver)
+    assert found == {"nvidia_driver": "580.95.05", "cuda_home": str(home), "nvcc": expected}
+
+
+def test_no_gpu_toolkit_is_none_everywhere(tmp_path: Path) -> None:
+    from anyaccel.cli.environment import gpu_toolkit
+
+    found = gpu_toolkit({"CUDA_HOME": str(tmp_path / "nothing"), "PATH": ""}, tmp_path / "none")
+    assert found == {"nvidia_driver": None, "cuda_home": None, "nvcc": None}
+
+
+def test_the_report_names_the_driver_and_nvcc(tmp_path: Path) -> None:
+    data = {"gpu_toolkit": {"nvidia_driver": "580.95.05", "cuda_home": "/opt/cuda", "nvcc": "13.0"}}
+    with simulate_cuda(device_count=1):
+        from anyaccel.backends.cuda import CudaAccelerator
+
+        report = environment_report(CudaAccelerator())
+    assert set(report["gpu_toolkit"]) == {"nvidia_driver", "cuda_home", "nvcc"}
+    text = format_environment({**report, **data})
+    assert "driver 580.95.05, nvcc 13.0 (/opt/cuda)" in text

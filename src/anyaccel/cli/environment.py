@@ -13,10 +13,14 @@ import functools
 import importlib
 import importlib.metadata
 import importlib.util
+import json
 import os
 import platform
+import re
+import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -84,6 +88,63 @@ def _platform_description() -> str:
     if libc:
         parts.append(f"with-{libc}{version}")
     return "-".join(part for part in parts if part)
+
+
+#: Where the NVIDIA kernel driver states its version (no subprocess, no device context).
+NVIDIA_DRIVER_FILE = Path("/proc/driver/nvidia/version")
+_DRIVER_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
+
+
+def gpu_toolkit(
+    environ: Mapping[str, str] | None = None, driver_file: Path = NVIDIA_DRIVER_FILE
+) -> dict[str, str | None]:
+    """The NVIDIA driver and CUDA toolkit (nvcc) versions, read from files: no subprocess.
+
+    The driver from ``/proc/driver/nvidia/version``; the toolkit from ``CUDA_HOME`` (or
+    ``CUDA_PATH``, or the directory above ``nvcc`` on ``PATH``, or ``/usr/local/cuda``) and its
+    ``version.json``. ``None`` where there is none.
+    """
+    environ = os.environ if environ is None else environ
+    try:
+        match = _DRIVER_VERSION.search(driver_file.read_text(errors="replace"))
+    except OSError:
+        match = None
+    explicit = environ.get("CUDA_HOME") or environ.get("CUDA_PATH")
+    nvcc = shutil.which("nvcc", path=environ.get("PATH"))
+    candidates = (
+        [Path(explicit)]
+        if explicit
+        else [*([Path(nvcc).resolve().parent.parent] if nvcc else []), Path("/usr/local/cuda")]
+    )
+    found: dict[str, str | None] = {"cuda_home": None, "nvcc": None}
+    for home in candidates:
+        version = _toolkit_version(home)
+        if version is not None or (home / "bin" / "nvcc").is_file():
+            found = {"cuda_home": str(home), "nvcc": version or "present, version unknown"}
+            if version is not None:
+                break
+    return {"nvidia_driver": match.group(1) if match else None, **found}
+
+
+def _toolkit_version(home: Path) -> str | None:
+    """The CUDA toolkit's version from its files: ``version.json`` (installers since 11),
+    ``version.txt`` (older ones) or the ``nvidia_cuda_nvcc`` wheel's ``dist-info`` name."""
+    try:
+        version = json.loads((home / "version.json").read_text())
+        found = version.get("cuda_nvcc", version.get("cuda", {})).get("version")
+        if found:
+            return str(found)
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        match = re.search(r"CUDA Version\s+(\S+)", (home / "version.txt").read_text())
+        if match:
+            return match.group(1)
+    except OSError:
+        pass
+    for info in sorted(home.glob("dist-info/nvidia_cuda_nvcc-*.dist-info")):
+        return info.name.removeprefix("nvidia_cuda_nvcc-").removesuffix(".dist-info")
+    return None
 
 
 def _cpu() -> dict[str, Any]:
@@ -265,6 +326,7 @@ def environment_report(accelerator: Any = None, devices: bool = False) -> dict[s
             "path": os.path.dirname(torch.__file__),
         },
         "cpu": _ask(_cpu),
+        "gpu_toolkit": _ask(gpu_toolkit),
         "packages": _ask(vendor_packages),
         "devices": _ask(lambda: _devices(accelerator, devices)),
         "ops": _ask(lambda: _op_capabilities(accelerator)) if accelerator is not None else [],
@@ -298,6 +360,15 @@ def _lines(data: dict[str, Any]) -> list[tuple[str, str]]:
         ("cpu", f"{cpu.get('model')}, SIMD {cpu.get('simd')}, {cpu.get('logical_cores')} threads"),
         ("ram", _bytes(cpu.get("ram_bytes"))),
     ]
+    toolkit = data.get("gpu_toolkit")
+    if isinstance(toolkit, dict) and (toolkit.get("nvidia_driver") or toolkit.get("nvcc")):
+        rows.append(
+            (
+                "nvidia",
+                f"driver {toolkit.get('nvidia_driver') or 'none'}, "
+                f"nvcc {toolkit.get('nvcc') or 'none'} ({toolkit.get('cuda_home') or '-'})",
+            )
+        )
     for label, key in (
         ("cpu", "cpu"),
         ("vendor packages", "packages"),
