@@ -94,6 +94,14 @@ AGAINST_GLOO = textwrap.dedent(
     failures, checks = [], 0
     R = dist.ReduceOp
 
+    class Counting:  # counts the kernel calls of the default group, to prove they are native
+        def __init__(self, inner):
+            self.inner, self.calls = inner, {}
+        def __getattr__(self, name):
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return getattr(self.inner, name)
+    world.shm.communicator = kernel = Counting(world.shm.communicator)
+
     def check(name, ours, theirs):
         global checks
         checks += 1
@@ -149,6 +157,7 @@ AGAINST_GLOO = textwrap.dedent(
                 dist.reduce_scatter(a, parts); dist.reduce_scatter(b, parts, group=gloo)
                 check(f"reduce_scatter {dtype} {n}", a, b)
 
+    native_calls = dict(kernel.calls)
     # non-contiguous input: reduced in place, as a contiguous copy through gloo would be
     a = data(64, torch.float32, 6).reshape(8, 8).t(); b = a.contiguous()
     dist.all_reduce(a); dist.all_reduce(b, group=gloo)
@@ -213,7 +222,8 @@ AGAINST_GLOO = textwrap.dedent(
             errors.append(str(error))
     dist.destroy_process_group()
     print(json.dumps({"failures": failures, "checks": checks, "status": status,
-                      "errors": errors}), flush=True)
+                      "errors": errors, "native": native_calls,
+                      "grid": [len(DTYPES), len(FLOATS), len(SIZES)]}), flush=True)
     """
 )
 
@@ -235,6 +245,15 @@ def test_every_collective_equals_gloo_bit_for_bit_on_two_ranks() -> None:
             "backend": BACKEND_NAME,
             "choice": {"backend": BACKEND_NAME, "reason": "default for CPU ranks on one node"},
         }
+        dtypes, floats, sizes_ = result["grid"]
+        assert result["native"] == {
+            # SUM, PRODUCT, MIN, MAX and AVG of the float dtypes; integers go to gloo
+            "all_reduce": floats * sizes_ * 5,
+            # all_gather and all_gather_into_tensor, every dtype (bytes)
+            "all_gather": dtypes * sizes_ * 2,
+            "broadcast": dtypes * sizes_ * 2,  # from each of the 2 roots
+            "reduce_scatter": floats * sizes_ * 2,  # the list form and the tensor form
+        }, (rank, result["native"])
         sizes, later = result["errors"]
         assert "different tensors" in sizes and "4 float32 elements" in sizes
         assert "8 float32 elements" in sizes, (rank, sizes)
