@@ -23,7 +23,7 @@ from anyaccel.distributed.environment import DEFAULT_MASTER_PORT, LaunchInfo, la
 from anyaccel.distributed.errors import DistributedSetupError
 from anyaccel.distributed.shm.backend import BACKEND_NAME, register_backend, shm_backend_wanted
 
-__all__ = ["BACKEND_REMEDIES", "backend_choice", "init_distributed"]
+__all__ = ["BACKEND_REMEDIES", "backend_choice", "cpu_collectives", "init_distributed"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +34,22 @@ _choice: dict[str, str] = {}
 def backend_choice() -> dict[str, str]:
     """The collective backend ``init_distributed()`` chose in this process and why ({} before)."""
     return dict(_choice)
+
+
+def cpu_collectives() -> str:
+    """Where CPU collectives go, for ``anyaccel report``: this process's choice, else the default.
+
+    ``"anyaccel_shm (default for CPU ranks on one node)"``, ``"gloo (ANYACCEL_SHM_BACKEND=0)"``...
+    """
+    if _choice and dist.is_available() and dist.is_initialized():
+        return f"{_choice['backend']} ({_choice['reason']}; chosen by init_distributed)"
+    wanted, why = shm_backend_wanted()
+    if wanted:
+        try:
+            register_backend()
+        except DistributedSetupError as exc:
+            wanted, why = False, str(exc)
+    return f"{BACKEND_NAME if wanted else 'gloo'} ({why})"
 
 
 def _default_backend(accelerator_name: str, native: str, info: LaunchInfo, shm: bool | None) -> str:

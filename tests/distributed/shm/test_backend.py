@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from anyaccel.distributed import BACKEND_NAME, backend_choice
 from anyaccel.distributed.errors import DistributedSetupError
+from anyaccel.distributed.process_group import cpu_collectives
 from anyaccel.distributed.shm import backend as backend_module
 from anyaccel.distributed.shm.backend import register_backend, shm_backend_wanted
 
@@ -69,6 +70,9 @@ def test_init_distributed_on_one_rank_picks_it_and_reports_why(
             "reason": "default for CPU ranks on one node",
         }
         assert dist.get_backend() == BACKEND_NAME
+        assert cpu_collectives() == (
+            "anyaccel_shm (default for CPU ranks on one node; chosen by init_distributed)"
+        )
         world = dist.group.WORLD
         assert isinstance(world, ShmProcessGroup)
         assert world.status == "a group of one rank needs no shared memory"
@@ -346,3 +350,68 @@ def test_create_and_destroy_cycles_leak_no_mapping_fd_or_thread() -> None:
         assert result["mapped"] == 1  # the live group's segment is mapped once...
         assert result["first"][2] == 0  # ...and unmapped by destroy_process_group()
         assert result["last"] == result["first"], result
+
+
+# --- four ranks as two simulated nodes: gloo across nodes, shared memory within one ----------
+TWO_NODES = textwrap.dedent(
+    """
+    import json
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from anyaccel.distributed import backend_choice, init_distributed
+    info = init_distributed(timeout=timedelta(seconds=60))
+    rank, size = info.rank, info.world_size
+    choice = backend_choice()["backend"]
+    dist.destroy_process_group()
+    info = init_distributed(backend="anyaccel_shm", timeout=timedelta(seconds=60))
+    gloo = dist.new_group(backend="gloo")
+    node = dist.new_group([0, 1]), dist.new_group([2, 3])  # every rank creates both
+    mine = node[rank // 2]
+    failures = []
+    for group, members in ((None, size), (mine, 2)):
+        gen = torch.Generator().manual_seed(rank)
+        for dtype in (torch.float32, torch.bfloat16):
+            x = (torch.randn(1001, generator=gen) * 3).to(dtype)
+            a, b = x.clone(), x.clone()
+            dist.all_reduce(a, group=group)
+            ref = [torch.empty_like(x) for _ in range(size)]
+            dist.all_gather(ref, x, group=gloo)
+            lo = 0 if group is None else rank // 2 * 2
+            want = ref[lo].float()
+            for part in ref[lo + 1: lo + members]:
+                want = want + part.float()  # rank order, accumulated in fp32, rounded once
+            if not torch.equal(a, want.to(dtype)) and group is not None:
+                failures.append(f"all_reduce {dtype} on {members} ranks")
+            # across nodes gloo adds in its own order and rounds each step: the dtype's tolerance
+            atol = 1e-4 if dtype == torch.float32 else 0.25
+            if group is None and not torch.allclose(a.float(), want, rtol=0, atol=atol):
+                failures.append(f"all_reduce {dtype} on the world")
+            out = [torch.empty_like(x) for _ in range(members)]
+            dist.all_gather(out, x, group=group)
+            if not all(torch.equal(o, r) for o, r in zip(out, ref[lo: lo + members])):
+                failures.append(f"all_gather {dtype} on {members} ranks")
+            dist.broadcast(b, lo + 1, group=group)
+            if not torch.equal(b, ref[lo + 1]):
+                failures.append(f"broadcast {dtype} on {members} ranks")
+            big = torch.cat([x] * members)
+            rs = torch.empty_like(x)
+            dist.reduce_scatter_tensor(rs, big, group=group)
+            whole = torch.empty_like(x)
+            dist.all_reduce(whole.copy_(x), group=group)
+            if not torch.allclose(rs.float(), whole.float(), rtol=0, atol=atol):
+                failures.append(f"reduce_scatter_tensor {dtype} on {members} ranks")
+    status = [dist.group.WORLD.status, mine.status]
+    dist.destroy_process_group()
+    print(json.dumps({"choice": choice, "status": status, "failures": failures}), flush=True)
+    """
+)
+
+
+@multiprocess
+def test_four_ranks_on_two_nodes_use_gloo_across_and_shared_memory_within() -> None:
+    outputs = finish(start_ranks(TWO_NODES, 4, nodes=2))
+    for out in outputs:
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["choice"] == "gloo"  # init_distributed's default spans two nodes
+        assert result["status"] == ["the group's ranks run on more than one node", "shared memory"]
+        assert result["failures"] == []
