@@ -212,6 +212,44 @@ AGAINST_GLOO = textwrap.dedent(
     checks += 1
     if ours != theirs or len(set(ours)) < 3:
         failures.append(f"DDP losses: {ours} vs {theirs}")
+    # FSDP (and FSDP2 where torch has it): all_gather_into_tensor and reduce_scatter_tensor
+    import warnings
+    warnings.filterwarnings("ignore")
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    def train_sharded(group, wrap):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 1))
+        model = wrap(model, group)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        gen = torch.Generator().manual_seed(100 + rank)
+        losses = []
+        for _ in range(4):
+            x = torch.randn(8, 16, generator=gen)
+            loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+            opt.zero_grad(); loss.backward(); opt.step()
+            losses.append(loss.item())
+        return losses
+    def fsdp1(model, group):
+        return FSDP(model, process_group=group, device_id=torch.device("cpu"))
+    wraps = {"FSDP": fsdp1}
+    try:
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.device_mesh import DeviceMesh
+        def fsdp2(model, group):
+            fully_shard(model, mesh=DeviceMesh.from_group(group or world, "cpu"))
+            return model
+        wraps["FSDP2"] = fsdp2
+    except ImportError:  # torch < 2.6 has no public fully_shard
+        pass
+    sharded = {}
+    for name, wrap in wraps.items():
+        before = dict(kernel.calls)
+        ours, theirs = train_sharded(None, wrap), train_sharded(gloo, wrap)
+        checks += 1
+        if ours != theirs or len(set(ours)) < 3:
+            failures.append(f"{name} losses: {ours} vs {theirs}")
+        sharded[name] = sorted(k for k in kernel.calls if kernel.calls[k] > before.get(k, 0))
     status = {"world": world.status, "sub": sub.status, "types": [type(world).__name__,
               type(sub).__name__], "backend": dist.get_backend(), "choice": backend_choice()}
     # ranks that disagree: an error on every rank, never a wrong result
@@ -226,7 +264,7 @@ AGAINST_GLOO = textwrap.dedent(
             errors.append(str(error))
     dist.destroy_process_group()
     print(json.dumps({"failures": failures, "checks": checks, "status": status,
-                      "errors": errors, "native": native_calls,
+                      "errors": errors, "native": native_calls, "sharded": sharded,
                       "grid": [len(DTYPES), len(FLOATS), len(SIZES)]}), flush=True)
     """
 )
@@ -258,6 +296,8 @@ def test_every_collective_equals_gloo_bit_for_bit_on_two_ranks() -> None:
             "broadcast": dtypes * sizes_ * 2,  # from each of the 2 roots
             "reduce_scatter": floats * sizes_ * 2,  # the list form and the tensor form
         }, (rank, result["native"])
+        for name, used in result["sharded"].items():  # FSDP's collectives ran natively
+            assert {"all_gather", "reduce_scatter"} <= set(used), (name, used)
         sizes, later = result["errors"]
         assert "different tensors" in sizes and "4 float32 elements" in sizes
         assert "8 float32 elements" in sizes, (rank, sizes)
