@@ -2,8 +2,10 @@
 
 Every collective runs through plain ``torch.distributed`` calls on two groups of the same
 processes: the default group (backend ``anyaccel_shm``) and a gloo group over the same ranks,
-interleaved round by round, on fp32 tensors of 1 MiB and 64 MiB (per rank's input). The table
-shows each median time and gloo's time divided by ours (higher is better).
+interleaved round by round, on fp32 tensors of 1 MiB and 64 MiB (per rank's input). Before
+timing, each collective's result on 2 ranks must equal gloo's bit for bit (the 64 MiB
+correctness check the test suite leaves out). The table shows each median time and gloo's
+time divided by ours (higher is better).
 Run: ``python benchmarks/collectives.py [--ranks 2] [--rounds 7] [--sizes 1,64]`` (spawns the
 ranks itself).
 """
@@ -27,28 +29,32 @@ import torch.multiprocessing as mp
 Call = Callable[[Any], object]
 
 
-def collectives(numel: int, size: int) -> dict[str, Callable[[], Call]]:
-    """Each collective: a maker of ``call(group)`` on fresh buffers of ``numel`` fp32 elements."""
+def collectives(numel: int, size: int) -> dict[str, Callable[[], tuple[Call, list[torch.Tensor]]]]:
+    """Each collective: a maker of ``call(group)`` on fresh fp32 buffers, and its outputs."""
+    gen = torch.Generator().manual_seed(dist.get_rank())
 
-    def all_reduce() -> Call:
-        tensor = torch.randn(numel)
-        return lambda group: dist.all_reduce(tensor, group=group)
+    def fresh(count: int) -> torch.Tensor:
+        return torch.randn(count, generator=gen)
 
-    def all_gather() -> Call:
-        tensor, outputs = torch.randn(numel), [torch.empty(numel) for _ in range(size)]
-        return lambda group: dist.all_gather(outputs, tensor, group=group)
+    def all_reduce() -> tuple[Call, list[torch.Tensor]]:
+        tensor = fresh(numel)
+        return (lambda group: dist.all_reduce(tensor, group=group)), [tensor]
 
-    def all_gather_into_tensor() -> Call:
-        tensor, output = torch.randn(numel), torch.empty(numel * size)
-        return lambda group: dist.all_gather_into_tensor(output, tensor, group=group)
+    def all_gather() -> tuple[Call, list[torch.Tensor]]:
+        tensor, outputs = fresh(numel), [torch.empty(numel) for _ in range(size)]
+        return (lambda group: dist.all_gather(outputs, tensor, group=group)), outputs
 
-    def reduce_scatter_tensor() -> Call:
-        tensor, output = torch.randn(numel), torch.empty(numel // size)
-        return lambda group: dist.reduce_scatter_tensor(output, tensor, group=group)
+    def all_gather_into_tensor() -> tuple[Call, list[torch.Tensor]]:
+        tensor, output = fresh(numel), torch.empty(numel * size)
+        return (lambda group: dist.all_gather_into_tensor(output, tensor, group=group)), [output]
 
-    def broadcast() -> Call:
-        tensor = torch.randn(numel)
-        return lambda group: dist.broadcast(tensor, 0, group=group)
+    def reduce_scatter_tensor() -> tuple[Call, list[torch.Tensor]]:
+        tensor, output = fresh(numel), torch.empty(numel // size)
+        return (lambda group: dist.reduce_scatter_tensor(output, tensor, group=group)), [output]
+
+    def broadcast() -> tuple[Call, list[torch.Tensor]]:
+        tensor = fresh(numel)
+        return (lambda group: dist.broadcast(tensor, 0, group=group)), [tensor]
 
     return {
         "all_reduce": all_reduce,
@@ -84,8 +90,16 @@ def run(rounds: int, sizes_mib: list[int]) -> None:
         numel = (mib << 20) // 4
         calls = max(2, min(50, (32 << 20) // (mib << 20)))
         for name, make in collectives(numel, size).items():
-            call = make()
-            call(ours), call(gloo)  # warm
+            call, outputs = make()
+            inputs = [o.clone() for o in outputs]  # in-place collectives: restore before ours
+            call(gloo)
+            expected = [o.clone() for o in outputs]
+            for output, saved in zip(outputs, inputs, strict=True):
+                output.copy_(saved)
+            call(ours)  # also the warm-up; with 2 ranks the results must be gloo's bit for bit
+            same = all(torch.equal(o, e) for o, e in zip(outputs, expected, strict=True))
+            if size == 2 and not same:
+                raise SystemExit(f"{name} at {mib} MiB differs from gloo's result")
             theirs_t: list[float] = []
             ours_t: list[float] = []
             for _ in range(rounds):  # interleaved, so load changes hit both alike
