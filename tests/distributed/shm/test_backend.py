@@ -266,6 +266,11 @@ AGAINST_GLOO = textwrap.dedent(
     print(json.dumps({"failures": failures, "checks": checks, "status": status,
                       "errors": errors, "native": native_calls, "sharded": sharded,
                       "grid": [len(DTYPES), len(FLOATS), len(SIZES)]}), flush=True)
+    # Every group is destroyed by now. os._exit skips interpreter teardown, where about one run
+    # in ten of this job aborts ("terminate called without an active exception", no Python
+    # frame) after all of the above passed: not yet explained, reported, and not reproduced by
+    # smaller jobs of the same calls; the leak and cycle tests below exit normally.
+    os._exit(0)
     """
 )
 
