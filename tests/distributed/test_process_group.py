@@ -148,3 +148,13 @@ def test_bad_environments_fail_fast_in_a_real_process() -> None:
     lines = done.stdout.splitlines()
     assert [line.split(" -> ")[0] for line in lines] == list(FAULT_CASES)
     assert not any("NO ERROR" in line for line in lines), done.stdout
+
+
+def test_cpu_collectives_says_which_backend_and_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    from anyaccel.distributed.process_group import cpu_collectives
+
+    monkeypatch.delenv("ANYACCEL_SHM_BACKEND", raising=False)
+    assert not dist.is_initialized()  # no live choice: the default is reported
+    assert cpu_collectives() == "anyaccel_shm (default for CPU ranks on one node)"
+    monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "off")
+    assert cpu_collectives() == "gloo (ANYACCEL_SHM_BACKEND=off)"

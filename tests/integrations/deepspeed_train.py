@@ -78,6 +78,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--only", nargs="*", help="config names to run (default: all)")
+    parser.add_argument("--dist-backend", default="gloo", help="gloo, or anyaccel_shm")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
 
@@ -88,7 +89,10 @@ def main() -> None:
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
-    deepspeed.init_distributed(dist_backend="gloo")
+    if args.dist_backend == "anyaccel_shm":
+        import anyaccel.distributed  # noqa: F401  (registers the backend with torch)
+    deepspeed.init_distributed(dist_backend=args.dist_backend)
+    backend = torch.distributed.get_backend()
     losses = {}
     for stage, dtype, offload in CONFIGS:
         name = config_name(stage, dtype, offload)
@@ -99,7 +103,7 @@ def main() -> None:
     if int(os.environ.get("RANK", "0")) == 0:
         with open(args.out, "w") as out:
             used_name = f"{used.__module__}.{used.__qualname__}"
-            json.dump({"accelerator": used_name, "losses": losses}, out)
+            json.dump({"accelerator": used_name, "backend": backend, "losses": losses}, out)
     torch.distributed.barrier()
     # End the job as docs/distributed.md says: DeepSpeed's engines keep their gloo groups
     # alive to exit, where a worker still releasing a collective's tensors aborts the process

@@ -2,8 +2,10 @@
 
 Two ``torchrun --nproc-per-node 2`` launches (gloo), one per accelerator, each running every
 configuration (ZeRO 0-3, fp32 and bf16, with and without CPU optimizer offload) for 20 steps;
-the losses must be equal step for step. DeepSpeed's CPU Adam is built just in time on first
-use: ``ANYACCEL_DEEPSPEED_EXTENSIONS_DIR`` (or ``TORCH_EXTENSIONS_DIR``) keeps that build.
+the losses must be equal step for step. Two more launches run ZeRO-2 and ZeRO-3 on gloo and on
+the ``anyaccel_shm`` backend: their losses must be equal. DeepSpeed's CPU Adam is built just in
+time on first use: ``ANYACCEL_DEEPSPEED_EXTENSIONS_DIR`` (or ``TORCH_EXTENSIONS_DIR``) keeps
+that build.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +25,8 @@ pytestmark = [pytest.mark.deepspeed, pytest.mark.slow]
 
 SCRIPT = Path(__file__).with_name("deepspeed_train.py")
 STEPS = 20
+#: The configurations also run on the anyaccel_shm torch.distributed backend (issue 26).
+SHM_CONFIGS = [config_name(stage, dtype, False) for stage in (2, 3) for dtype in ("fp32", "bf16")]
 
 
 def _free_port() -> int:
@@ -29,6 +34,55 @@ def _free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def _launch(
+    ds_python: str, out: Path, accelerator: str, extra: list[str]
+) -> subprocess.Popen[bytes]:
+    env = dict(child_env(), DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
+    command = [
+        ds_python, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+        str(SCRIPT), "--accelerator", accelerator, "--steps", str(STEPS),
+        "--out", str(out.with_suffix(".json")), *extra,
+    ]  # fmt: skip
+    log = out.with_suffix(".log").open("w")
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+@pytest.fixture(scope="module")
+def shm_runs(
+    ds_python: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, object]]:
+    """ZeRO-2/3 on anyaccel's accelerator, over gloo and over anyaccel_shm, at once."""
+    out_dir = tmp_path_factory.mktemp("deepspeed_shm_runs")
+    launches = {
+        backend: _launch(ds_python, out_dir / backend, "anyaccel",
+                         ["--dist-backend", backend, "--only", *SHM_CONFIGS])
+        for backend in ("gloo", "anyaccel_shm")
+    }  # fmt: skip
+    results = {}
+    for backend, process in launches.items():
+        try:
+            code = process.wait(timeout=900)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            code = None
+        log = (out_dir / backend).with_suffix(".log").read_text()
+        assert code == 0, f"{backend} run: exit {code}\n{log[-4000:]}"
+        results[backend] = json.loads((out_dir / backend).with_suffix(".json").read_text())
+    return results
+
+
+@pytest.mark.parametrize("name", SHM_CONFIGS)
+def test_zero_on_the_shared_memory_backend_gives_gloos_losses(
+    name: str, shm_runs: dict[str, dict[str, Any]]
+) -> None:
+    assert [shm_runs[b]["backend"] for b in ("gloo", "anyaccel_shm")] == ["gloo", "anyaccel_shm"]
+    ours, theirs = shm_runs["anyaccel_shm"]["losses"][name], shm_runs["gloo"]["losses"][name]
+    assert len(ours) == STEPS and ours == theirs
+    assert ours[-1] < 0.9 * ours[0], f"{name} did not train: {ours[0]} -> {ours[-1]}"
 
 
 @pytest.fixture(scope="module")

@@ -69,6 +69,7 @@ def accelerator_summary(accelerator: Any, devices: bool = True) -> dict[str, Any
     memory) are left out unless the accelerator is the CPU, so nothing gets initialised.
     """
     from anyaccel.distributed.binding import current_binding
+    from anyaccel.distributed.process_group import cpu_collectives
 
     ask = devices or _ask(accelerator.device_name) == "cpu"
     return {
@@ -85,6 +86,8 @@ def accelerator_summary(accelerator: Any, devices: bool = True) -> dict[str, Any
         "compile_backend": _ask(accelerator.get_compile_backend),
         "total_memory": _ask(accelerator.total_memory) if ask else NOT_QUERIED,
         "cpu_binding": _ask(current_binding),
+        # CPU collectives on one node: anyaccel_shm or gloo, and why (issue 26)
+        "cpu_collectives": _ask(cpu_collectives),
     }
 
 

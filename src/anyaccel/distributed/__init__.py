@@ -8,7 +8,8 @@
   environment, and each local rank's device is chosen;
 - ``binding``: ``bind_cores()`` splits the node's CPU cores among the local ranks, NUMA-aware;
 - ``shm``: ``all_reduce()`` sums CPU tensors through shared memory when every rank shares the
-  node, and ``ddp_comm_hook`` puts DDP's gradients through it.
+  node, and ``ddp_comm_hook`` puts DDP's gradients through it; the ``torch.distributed``
+  backend ``"anyaccel_shm"`` (registered on import) gives every caller of torch the same.
 
 Imports point one way: ``errors`` at the bottom, then ``environment``, then ``devices`` and
 ``binding``, then ``process_group``; ``shm`` needs only ``errors`` (and the kernel in ``ops``).
@@ -35,10 +36,17 @@ from anyaccel.distributed.environment import (
     launch_info,
 )
 from anyaccel.distributed.errors import CollectiveError, DistributedSetupError
-from anyaccel.distributed.process_group import BACKEND_REMEDIES, init_distributed
-from anyaccel.distributed.shm import all_reduce, ddp_comm_hook, shm_all_reduce_status
+from anyaccel.distributed.process_group import BACKEND_REMEDIES, backend_choice, init_distributed
+from anyaccel.distributed.shm import (
+    BACKEND_NAME,
+    ShmProcessGroup,
+    all_reduce,
+    ddp_comm_hook,
+    shm_all_reduce_status,
+)
 
 __all__ = [
+    "BACKEND_NAME",
     "BACKEND_REMEDIES",
     "DEFAULT_MASTER_PORT",
     "LAUNCHERS",
@@ -47,9 +55,11 @@ __all__ = [
     "CoreBindingError",
     "DistributedSetupError",
     "LaunchInfo",
+    "ShmProcessGroup",
     "Topology",
     "all_reduce",
     "assign_visible_devices",
+    "backend_choice",
     "bind_cores",
     "current_binding",
     "ddp_comm_hook",

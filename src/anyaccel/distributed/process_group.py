@@ -8,6 +8,7 @@ unavailable backends are errors that say what to set or install.
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -20,8 +21,55 @@ from anyaccel.distributed.binding import bind_cores as apply_binding
 from anyaccel.distributed.devices import select_device_index
 from anyaccel.distributed.environment import DEFAULT_MASTER_PORT, LaunchInfo, launch_info
 from anyaccel.distributed.errors import DistributedSetupError
+from anyaccel.distributed.shm.backend import BACKEND_NAME, register_backend, shm_backend_wanted
 
-__all__ = ["BACKEND_REMEDIES", "init_distributed"]
+__all__ = ["BACKEND_REMEDIES", "backend_choice", "cpu_collectives", "init_distributed"]
+
+logger = logging.getLogger(__name__)
+
+#: What the last ``init_distributed()`` in this process chose for CPU tensors, and why.
+_choice: dict[str, str] = {}
+
+
+def backend_choice() -> dict[str, str]:
+    """The collective backend ``init_distributed()`` chose in this process and why ({} before)."""
+    return dict(_choice)
+
+
+def cpu_collectives() -> str:
+    """Where CPU collectives go, for ``anyaccel report``: this process's choice, else the default.
+
+    ``"anyaccel_shm (default for CPU ranks on one node)"``, ``"gloo (ANYACCEL_SHM_BACKEND=0)"``...
+    """
+    if _choice and dist.is_available() and dist.is_initialized():
+        return f"{_choice['backend']} ({_choice['reason']}; chosen by init_distributed)"
+    wanted, why = shm_backend_wanted()
+    if wanted:
+        try:
+            register_backend()
+        except DistributedSetupError as exc:
+            wanted, why = False, str(exc)
+    return f"{BACKEND_NAME if wanted else 'gloo'} ({why})"
+
+
+def _default_backend(accelerator_name: str, native: str, info: LaunchInfo, shm: bool | None) -> str:
+    """The backend to use when the caller names none: anyaccel_shm for CPU ranks on one node."""
+    if accelerator_name != "cpu" or native != "gloo":
+        _choice.update(backend=native, reason=f"the {accelerator_name} accelerator's backend")
+        return native
+    wanted, why = shm_backend_wanted(shm)
+    if wanted and info.local_world_size < info.world_size:
+        wanted, why = False, "the ranks span more than one node"
+    if wanted:
+        try:
+            register_backend()
+        except DistributedSetupError as exc:
+            wanted, why = False, str(exc)
+    backend = BACKEND_NAME if wanted else native
+    _choice.update(backend=backend, reason=why)
+    logger.info("init_distributed: CPU collectives on %s (%s)", backend, why)
+    return backend
+
 
 #: What to install when a collective backend is missing from this torch.
 BACKEND_REMEDIES: dict[str, str] = {
@@ -92,6 +140,7 @@ def init_distributed(
     set_device: bool = True,
     bind_cores: bool = False,
     core_list: str | Sequence[int] | None = None,
+    shm_backend: bool | None = None,
 ) -> LaunchInfo:
     """Join the job's default process group on this accelerator's collective backend.
 
@@ -99,6 +148,10 @@ def init_distributed(
     ``env://`` rendezvous works under MPI and Slurm too, selects the device of this process's
     local rank, optionally binds this rank to its share of the node's CPU cores
     (``bind_cores=True``, ``core_list`` to restrict the cores), and initialises the group.
+
+    With no ``backend``, CPU ranks all on one node get ``"anyaccel_shm"`` (shared-memory
+    collectives, gloo for the rest): ``shm_backend=False`` or ``ANYACCEL_SHM_BACKEND=0`` keeps
+    gloo; ``backend_choice()`` tells what was chosen and why.
 
     Raises ``DistributedSetupError`` before any rendezvous when the launcher's variables are
     missing or inconsistent, the backend is unavailable, or local ranks would share a device;
@@ -119,7 +172,14 @@ def init_distributed(
         raise DistributedSetupError("this torch build has no torch.distributed support")
 
     accelerator = get_accelerator()
-    backend = backend or accelerator.communication_backend_name()
+    if backend is None:
+        backend = _default_backend(
+            accelerator._name, accelerator.communication_backend_name(), info, shm_backend
+        )
+    else:
+        _choice.update(backend=backend, reason="backend= given")
+    if BACKEND_NAME in _backend_names(backend):
+        register_backend()
     if not _backend_available(backend):
         missing = [n for n in _backend_names(backend) if not _one_backend_available(n)] or [backend]
         remedy = "; ".join(

@@ -324,3 +324,57 @@ def test_a_peer_that_published_and_then_exited_is_not_reported_dead(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "[[3.0, 3.0, 3.0, 3.0]] [3.0, 3.0, 3.0, 3.0]", done.stdout
+
+
+# --- all_gather, broadcast, reduce_scatter on the same slots ----------------------------------
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("numel", [0, 1, 7, 40_000])  # 40,000 fp32: several 64 KiB chunks
+def test_all_gather_broadcast_and_reduce_scatter_equal_torch(
+    shm: ModuleType, world_size: int, numel: int
+) -> None:
+    comms = communicators(shm, world_size)
+    inputs = [torch.randn(numel) * (r + 1) for r in range(world_size)]
+    gathered = [torch.full((numel * world_size,), -1.0) for _ in range(world_size)]
+    on_every_rank(world_size, lambda r: comms[r].all_gather(
+        inputs[r].data_ptr(), [gathered[r].data_ptr() + q * numel * 4 for q in range(world_size)],
+        numel * 4, 0, 30.0, 1))  # fmt: skip
+    for result in gathered:
+        assert torch.equal(result, torch.cat(inputs))
+    for root in range(world_size):
+        data = [torch.randn(numel, dtype=torch.float64) for _ in range(world_size)]
+        expected = data[root].clone()
+        on_every_rank(world_size, lambda r, d=data, root=root: comms[r].broadcast(
+            d[r].data_ptr(), numel * 8, root, 1, 30.0, 1))  # fmt: skip
+        assert all(torch.equal(d, expected) for d in data)
+    for dtype in (torch.float32, torch.bfloat16):
+        for code, reduce in OPS.values():
+            full = [(torch.rand(numel * world_size) + 0.5).to(dtype) for _ in range(world_size)]
+            outs = [torch.full((numel,), -7.0, dtype=dtype) for _ in range(world_size)]
+            on_every_rank(world_size, lambda r, c=code, f=full, o=outs, d=dtype: comms[r]
+                .reduce_scatter(f[r].data_ptr(), o[r].data_ptr(), numel, DTYPE_CODES[d], c,
+                                30.0, 1))  # fmt: skip
+            # in rank order, accumulated in fp32 and rounded once, as the all-reduce does
+            stacked = torch.stack([f.float() for f in full])
+            folded = stacked[0]
+            for row in stacked[1:]:
+                folded = reduce(torch.stack([folded, row]), 0)
+            expected_all = folded.to(dtype).chunk(world_size) if numel else None
+            for r in range(world_size):
+                want = expected_all[r] if expected_all else torch.empty(0, dtype=dtype)
+                assert torch.equal(outs[r], want), (dtype, code, r)
+
+
+def test_ranks_calling_different_collectives_fail_on_every_rank(shm: ModuleType) -> None:
+    comms = communicators(shm, 2)
+    tensor, out = torch.ones(10), torch.empty(20)
+    results = on_every_rank(2, lambda r: comms[r].all_gather(
+        tensor.data_ptr(), [out.data_ptr(), out.data_ptr() + 40], 40, 0, 30.0, 1) if r == 0
+        else comms[r].broadcast(
+        tensor.data_ptr(), 40, 0, 0, 30.0, 1))  # fmt: skip
+    for result in results:
+        assert isinstance(result, RuntimeError) and "different tensors" in str(result)
+    assert "op all_gather" in str(results[0]) and "broadcast from rank 0" in str(results[0])
+    with pytest.raises(RuntimeError, match="failed earlier"):
+        comms[0].all_gather(
+            tensor.data_ptr(), [out.data_ptr(), out.data_ptr() + 40], 40, 0, 30.0, 1
+        )

@@ -3,13 +3,24 @@
 - ``group``: a process group's shared-memory state, set up once per group (collectively);
 - ``collectives``: ``all_reduce`` (and later its siblings), each falling back to
   ``torch.distributed`` where the kernel cannot help;
-- ``ddp``: the DDP communication hook on top of ``all_reduce``.
+- ``ddp``: the DDP communication hook on top of ``all_reduce``;
+- ``backend``: the ``torch.distributed`` backend ``"anyaccel_shm"`` (shared memory for CPU
+  tensors, gloo for the rest), registered with torch when this package is imported.
 
 The kernel itself is the ``ShareMemCommBuilder`` op (``anyaccel.ops.cpu.shm_comm``).
 """
 
 from __future__ import annotations
 
+import contextlib
+
+from anyaccel.distributed.errors import DistributedSetupError
+from anyaccel.distributed.shm.backend import (
+    BACKEND_ENV,
+    BACKEND_NAME,
+    ShmProcessGroup,
+    register_backend,
+)
 from anyaccel.distributed.shm.collectives import DTYPE_CODES, OP_CODES, all_reduce
 from anyaccel.distributed.shm.ddp import ddp_comm_hook
 from anyaccel.distributed.shm.group import (
@@ -21,13 +32,22 @@ from anyaccel.distributed.shm.group import (
 )
 
 __all__ = [
+    "BACKEND_ENV",
+    "BACKEND_NAME",
     "DTYPE_CODES",
     "OP_CODES",
     "SHM_ENV",
     "ShmGroup",
+    "ShmProcessGroup",
     "all_reduce",
     "ddp_comm_hook",
     "group_state",
+    "register_backend",
     "shm_all_reduce_status",
     "slot_bytes",
 ]
+
+# So that init_process_group(backend="anyaccel_shm") works once anyaccel.distributed is
+# imported; on too old a torch, init_distributed() says why when asked for the backend.
+with contextlib.suppress(DistributedSetupError):
+    register_backend()

@@ -35,9 +35,11 @@ __all__ = [
     "SHM_ENV",
     "SLOT_BYTES",
     "ShmGroup",
+    "adopt",
     "group_state",
     "load_kernel",
     "resolve_group",
+    "set_up_segment",
     "shm_all_reduce_status",
     "slot_bytes",
 ]
@@ -159,22 +161,25 @@ def _plain(value: Any) -> Any:
     return tuple(_plain(item) for item in value) if isinstance(value, list) else value
 
 
-def _all_gather_json(value: Any, group: Any, kept: list[torch.Tensor]) -> list[Any]:
+#: An all-gather of CPU tensors over a group's ranks: ``gather(outputs, input)``.
+Gather = Callable[[list[torch.Tensor], torch.Tensor], None]
+
+
+def _all_gather_json(value: Any, gather: Gather, size: int, kept: list[torch.Tensor]) -> list[Any]:
     """Every rank's ``value`` (JSON-able), gathered as bytes in CPU tensors.
 
     Not ``all_gather_object``: it pickles, and on newer torch it needs numpy, which torch
     itself does not require.
     """
-    size = dist.get_world_size(group)
     data = json.dumps(value).encode()
     lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(size)]
     length = torch.tensor([len(data)], dtype=torch.int64)
-    dist.all_gather(lengths, length, group=group)
+    gather(lengths, length)
     longest = max(int(length) for length in lengths)
     padded = torch.zeros(longest, dtype=torch.uint8)
     padded[: len(data)] = torch.tensor(list(data), dtype=torch.uint8)
     buffers = [torch.empty(longest, dtype=torch.uint8) for _ in range(size)]
-    dist.all_gather(buffers, padded, group=group)
+    gather(buffers, padded)
     kept += [*lengths, length, padded, *buffers]
     return [
         _plain(json.loads(bytes(buffer[: int(length)].tolist())))
@@ -183,13 +188,26 @@ def _all_gather_json(value: Any, group: Any, kept: list[torch.Tensor]) -> list[A
 
 
 def _set_up(group: Any, state: ShmGroup) -> None:
-    """Collectively decide the group's path and, on one node, share a segment among its ranks."""
-    size, me = dist.get_world_size(group), dist.get_rank(group)
+    """Collectively decide ``group``'s path (set-up's all-gathers run on ``group`` itself)."""
+
+    def gather(outputs: list[torch.Tensor], tensor: torch.Tensor) -> None:
+        dist.all_gather(outputs, tensor, group=group)
+
     state.timeout = _group_timeout(group)
+    set_up_segment(gather, dist.get_world_size(group), dist.get_rank(group), state)
+
+
+def set_up_segment(gather: Gather, size: int, me: int, state: ShmGroup) -> None:
+    """Collectively decide a group's path and, on one node, share a segment among its ranks.
+
+    ``gather`` all-gathers CPU tensors over the group's ``size`` ranks (this one is ``me``);
+    every rank calls this at once. Afterwards ``state.communicator`` is set, or
+    ``state.reason`` says why not (the same on every rank).
+    """
     state.threads = _kernel_threads(size)
     problem = _local_problem()
     kept = state.kept
-    views = _all_gather_json((_node_identity(), problem), group, kept)
+    views = _all_gather_json((_node_identity(), problem), gather, size, kept)
     problems = sorted({p for _, p in views if p})
     if problems:
         state.reason = "; ".join(problems)
@@ -212,7 +230,7 @@ def _set_up(group: Any, state: ShmGroup) -> None:
             offer[0] = (os.getpid(), created)
         except OSError as exc:
             offer[0] = f"rank 0 cannot create a {segment}-byte shared-memory segment ({exc})"
-    offer = _all_gather_json(offer[0], group, kept)[:1]  # rank 0's offer, to every rank
+    offer = _all_gather_json(offer[0], gather, size, kept)[:1]  # rank 0's offer, to every rank
     failure = offer[0] if isinstance(offer[0], str) else ""
     if me != 0 and not failure:
         pid, fd = offer[0]
@@ -224,7 +242,7 @@ def _set_up(group: Any, state: ShmGroup) -> None:
                 os.close(opened)
         except (OSError, RuntimeError) as exc:
             failure = f"rank {me} cannot open rank 0's segment ({exc})"
-    results = _all_gather_json((failure, os.getpid()), group, kept)
+    results = _all_gather_json((failure, os.getpid()), gather, size, kept)
     if created >= 0:
         os.close(created)  # every rank has mapped it (or failed): the mapping keeps it alive
     failures = sorted({f for f, _ in results if f})
@@ -246,6 +264,12 @@ def _registered(group: Any) -> ShmGroup:
         state = ShmGroup()
         _groups[id(group)] = (weakref.ref(group, _forget(id(group))), state)
         return state
+
+
+def adopt(group: Any, state: ShmGroup) -> None:
+    """Record ``state`` (set up already) as ``group``'s: a backend that owns its segment."""
+    with _lock:
+        _groups[id(group)] = (weakref.ref(group, _forget(id(group))), state)
 
 
 def group_state(group: Any) -> ShmGroup:

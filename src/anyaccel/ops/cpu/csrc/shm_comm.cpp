@@ -1,4 +1,5 @@
-// anyaccel shared-memory all-reduce for the ranks of one node.
+// anyaccel shared-memory collectives for the ranks of one node: all-reduce, and (on the same
+// slots and sequence) all-gather, reduce-scatter and broadcast.
 //
 // One segment per process group (a memfd the Python side creates and shares), laid out as a
 // header, one control block per rank, then two data slots per rank. A collective moves the
@@ -65,6 +66,14 @@ constexpr int kSlots = 2;
 enum class DType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
 enum class Op : int { kSum = 0, kProduct = 1, kMin = 2, kMax = 3 };
 
+// What a round's `op` field holds besides the all-reduce ops: which collective (and its
+// reduce op or root), so ranks that call different collectives find out like a size mismatch.
+constexpr int32_t kAllGather = 16;
+constexpr int32_t kReduceScatter = 32;  // + the reduce op
+constexpr int32_t kBroadcast = 64;      // + the root
+// A `dtype` field of kBytes + tag: a byte collective of a caller's dtype (tag from Python).
+constexpr int32_t kBytes = 256;
+
 struct Header {
   uint64_t magic;
   int64_t world_size;
@@ -84,23 +93,36 @@ struct alignas(128) Control {
 
 inline size_t element_size(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
 
-inline const char* dtype_name(int32_t code) {
+inline std::string dtype_name(int32_t code) {
   switch (code) {
     case 0: return "float32";
     case 1: return "bfloat16";
     case 2: return "float16";
-    default: return "unknown dtype";
+    default:
+      return code >= kBytes ? "dtype #" + std::to_string(code - kBytes) : "unknown dtype";
   }
 }
 
-inline const char* op_name(int32_t code) {
+inline std::string op_name(int32_t code) {
   switch (code) {
     case 0: return "SUM";
     case 1: return "PRODUCT";
     case 2: return "MIN";
     case 3: return "MAX";
-    default: return "unknown op";
+    default: break;
   }
+  if (code == kAllGather) return "all_gather";
+  if (code >= kReduceScatter && code < kReduceScatter + 4)
+    return "reduce_scatter " + op_name(code - kReduceScatter);
+  if (code >= kBroadcast) return "broadcast from rank " + std::to_string(code - kBroadcast);
+  return "unknown op";
+}
+
+inline const char* collective_name(int32_t op) {
+  if (op >= 0 && op < 4) return "all_reduce";
+  if (op == kAllGather) return "all_gather";
+  if (op >= kReduceScatter && op < kReduceScatter + 4) return "reduce_scatter";
+  return "broadcast";
 }
 
 inline float bf16_to_float(uint16_t bits) {
@@ -306,6 +328,84 @@ class Communicator {
     } while (offset < numel);
   }
 
+  // outputs[r] (nbytes each) = rank r's `nbytes` bytes at `in`.
+  void all_gather(uintptr_t in, const std::vector<uintptr_t>& outputs, int64_t nbytes, int tag,
+                  double timeout, int threads) {
+    check_bytes_call(nbytes, tag);
+    if (int(outputs.size()) != world_size_) {
+      throw std::invalid_argument("all_gather: one output address per rank expected");
+    }
+    const char* src = reinterpret_cast<const char*>(in);
+    const auto deadline = deadline_after(timeout);
+    int64_t offset = 0;
+    do {
+      const int64_t count = std::min(slot_bytes_, nbytes - offset);
+      exchange(nbytes, count, kBytes + tag, kAllGather, deadline, timeout,
+               [&](char* mine) { parallel_copy(mine, src + offset, count, threads); },
+               [&](int parity) {
+                 for (int r = 0; r < world_size_; ++r)
+                   parallel_copy(reinterpret_cast<char*>(outputs[size_t(r)]) + offset,
+                                 slot(r, parity), count, threads);
+               });
+      offset += count;
+    } while (offset < nbytes);
+  }
+
+  // `nbytes` bytes at `address` on every rank = those of rank `root`.
+  void broadcast(uintptr_t address, int64_t nbytes, int root, int tag, double timeout,
+                 int threads) {
+    check_bytes_call(nbytes, tag);
+    if (root < 0 || root >= world_size_) throw std::invalid_argument("broadcast: bad root");
+    char* data = reinterpret_cast<char*>(address);
+    const auto deadline = deadline_after(timeout);
+    int64_t offset = 0;
+    do {
+      const int64_t count = std::min(slot_bytes_, nbytes - offset);
+      exchange(nbytes, count, kBytes + tag, kBroadcast + root, deadline, timeout,
+               [&](char* mine) {
+                 if (rank_ == root) parallel_copy(mine, data + offset, count, threads);
+               },
+               [&](int parity) {
+                 if (rank_ != root) parallel_copy(data + offset, slot(root, parity), count, threads);
+               });
+      offset += count;
+    } while (offset < nbytes);
+  }
+
+  // out (numel) = the reduction over ranks of their in[rank_ * numel .. (rank_ + 1) * numel).
+  void reduce_scatter(uintptr_t in, uintptr_t out, int64_t numel, int dtype_code, int op_code,
+                      double timeout, int threads) {
+    check_usable();
+    if (dtype_code < 0 || dtype_code > 2 || op_code < 0 || op_code > 3 || numel < 0) {
+      throw std::invalid_argument("reduce_scatter: unknown dtype or op code, or negative size");
+    }
+    const DType dtype = DType(dtype_code);
+    const int64_t elem = int64_t(element_size(dtype));
+    const int64_t chunk = std::max<int64_t>(1, slot_bytes_ / (elem * world_size_));
+    const char* src = reinterpret_cast<const char*>(in);
+    char* dst = reinterpret_cast<char*>(out);
+    const auto deadline = deadline_after(timeout);
+    const int64_t total = numel * elem * world_size_;
+    int64_t offset = 0;
+    do {
+      const int64_t count = std::min(chunk, numel - offset);
+      exchange(total, count * elem * world_size_, dtype_code, kReduceScatter + op_code, deadline,
+               timeout,
+               [&](char* mine) {
+                 for (int r = 0; r < world_size_; ++r)
+                   std::memcpy(mine + r * count * elem, src + (r * numel + offset) * elem,
+                               size_t(count * elem));
+               },
+               [&](int parity) {
+                 std::vector<const char*> slots(static_cast<size_t>(world_size_));
+                 for (int r = 0; r < world_size_; ++r)
+                   slots[size_t(r)] = slot(r, parity) + rank_ * count * elem;
+                 reduce_parallel(Op(op_code), dtype, dst + offset * elem, slots, count, threads);
+               });
+      offset += count;
+    } while (offset < numel);
+  }
+
   void barrier(double timeout) {
     check_usable();
     run_round(nullptr, 0, 0, DType::kFloat32, Op::kSum, deadline_after(timeout), timeout, 1);
@@ -386,6 +486,61 @@ class Communicator {
     const int64_t elem = dtype >= 0 && dtype <= 2 ? int64_t(element_size(DType(dtype))) : 1;
     return std::to_string(total / elem) + " " + dtype_name(dtype) + " elements (" +
            std::to_string(total) + " bytes, op " + op_name(op) + ")";
+  }
+
+  void check_bytes_call(int64_t nbytes, int tag) const {
+    check_usable();
+    if (nbytes < 0 || tag < 0) throw std::invalid_argument("negative size or dtype tag");
+  }
+
+  void reduce_parallel(Op op, DType dtype, char* out, const std::vector<const char*>& slots,
+                       int64_t count, int threads) {
+    const int64_t grain = 65536;
+    if (threads > 1 && count >= 2 * grain) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (int64_t begin = 0; begin < count; begin += grain) {
+        reduce(op, dtype, out, slots, begin, std::min(count, begin + grain));
+      }
+    } else if (count > 0) {
+      reduce(op, dtype, out, slots, 0, count);
+    }
+  }
+
+  // One round of a collective other than all_reduce: `fill` writes this rank's slot, then
+  // every rank publishes, waits, checks that all describe the same call, and runs `consume`.
+  template <typename Fill, typename Consume>
+  void exchange(int64_t total, int64_t nbytes, int32_t dtype, int32_t op,
+                Clock::time_point deadline, double timeout, Fill fill, Consume consume) {
+    const uint64_t seq = ++seq_;
+    const int parity = int(seq & 1);
+    Control* mine = control(rank_);
+    if (nbytes > 0) fill(slot(rank_, parity));
+    mine->nbytes[parity] = nbytes;
+    mine->total[parity] = total;
+    mine->dtype[parity] = dtype;
+    mine->op[parity] = op;
+    publish(mine, seq);
+    wait_for_peers(seq, deadline, timeout);
+    check_same_call(parity, total, nbytes, dtype, op);
+    if (nbytes > 0) consume(parity);
+  }
+
+  void check_same_call(int parity, int64_t total, int64_t nbytes, int32_t dtype, int32_t op) {
+    for (int r = 0; r < world_size_; ++r) {
+      const Control* peer = control(r);
+      if (peer->total[parity] != total || peer->nbytes[parity] != nbytes ||
+          peer->dtype[parity] != dtype || peer->op[parity] != op) {
+        abandon();
+        throw std::runtime_error(
+            std::string("ranks called ") + collective_name(op) + " with different tensors: rank " +
+            std::to_string(rank_) + " passes " + describe(total, dtype, op) + ", rank " +
+            std::to_string(r) + " passes " +
+            describe(peer->total[parity], peer->dtype[parity], peer->op[parity]) +
+            "; every rank must call the same collective with the same number of elements, "
+            "dtype and op. Nothing was written, and this group's shared-memory path is now "
+            "unusable: fix the call and restart the job");
+      }
+    }
   }
 
   static void parallel_copy(char* dst, const char* src, int64_t nbytes, int threads) {
@@ -521,6 +676,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("all_reduce", &Communicator::all_reduce, py::arg("address"), py::arg("numel"),
            py::arg("dtype"), py::arg("op"), py::arg("timeout"), py::arg("threads"),
            py::call_guard<py::gil_scoped_release>())
+      .def("all_gather", &Communicator::all_gather, py::arg("input"), py::arg("outputs"),
+           py::arg("nbytes"), py::arg("tag"), py::arg("timeout"), py::arg("threads"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("broadcast", &Communicator::broadcast, py::arg("address"), py::arg("nbytes"),
+           py::arg("root"), py::arg("tag"), py::arg("timeout"), py::arg("threads"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("reduce_scatter", &Communicator::reduce_scatter, py::arg("input"), py::arg("output"),
+           py::arg("numel"), py::arg("dtype"), py::arg("op"), py::arg("timeout"),
+           py::arg("threads"), py::call_guard<py::gil_scoped_release>())
       .def("barrier", &Communicator::barrier, py::arg("timeout"),
            py::call_guard<py::gil_scoped_release>())
       .def("abandon", &Communicator::abandon)

@@ -1,0 +1,394 @@
+"""A ``torch.distributed`` backend for CPU tensors: shared memory on one node, gloo for the rest.
+
+``init_process_group(backend="anyaccel_shm")`` (or ``"cpu:anyaccel_shm"``) gives every caller of
+``torch.distributed`` (DDP, ZeRO, FSDP, plain scripts) the shared-memory collectives. The group
+is a Python ``ProcessGroup`` holding a gloo group over the same ranks (same store, its own
+prefix): collectives the kernel runs (``NATIVE``: all_reduce, all_gather and
+all_gather_into_tensor, reduce_scatter and reduce_scatter_tensor, broadcast, barrier) go
+through the group's shared-memory segment;
+every other call, and any tensor the kernel cannot take (integer dtypes, other ops), goes to
+gloo, which is also registered as the group's CPU backend so that every method not overridden
+here (send/recv, all_to_all, gather, scatter, object collectives, ...) reaches it unchanged.
+
+Native calls run synchronously and return a completed ``Work`` (``wait()`` returns at once,
+``get_future()`` holds the outputs, as DDP needs). Ranks that die or stall raise within the
+group's timeout; ranks that pass different sizes, dtypes or ops raise on every rank.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from anyaccel.distributed.errors import CollectiveError, DistributedSetupError
+from anyaccel.distributed.shm.group import ShmGroup, adopt, set_up_segment
+
+__all__ = [
+    "BACKEND_ENV",
+    "BACKEND_NAME",
+    "NATIVE",
+    "ShmProcessGroup",
+    "backend_registered",
+    "register_backend",
+    "shm_backend_wanted",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The name ``init_process_group`` takes (``"anyaccel_shm"`` or ``"cpu:anyaccel_shm"``).
+BACKEND_NAME = "anyaccel_shm"
+#: Set to 0 so that ``init_distributed()`` keeps gloo for CPU tensors.
+BACKEND_ENV = "ANYACCEL_SHM_BACKEND"
+#: The collectives this backend runs on shared memory (for CPU float tensors); the rest is gloo.
+NATIVE = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "barrier",
+)
+
+_FLOAT_CODES: dict[torch.dtype, int] = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+#: dtype -> the tag the kernel compares across ranks in byte collectives (gather, broadcast).
+_DTYPE_TAGS: dict[torch.dtype, int] = {
+    dtype: index
+    for index, dtype in enumerate(
+        (
+            torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8,
+            torch.int8, torch.int16, torch.int32, torch.int64, torch.bool,
+            torch.complex64, torch.complex128,
+        )
+    )
+}  # fmt: skip
+_OFF = ("0", "false", "no", "off")
+#: torch's C++ collective options (``AllgatherOptions`` ...), not all re-exported by dist.
+_C10D: Any = torch._C._distributed_c10d
+
+
+def _op_code(op: Any) -> int | None:
+    """The kernel's code for ``op`` (AVG runs as SUM, then a division), or None for gloo."""
+    for candidate, code in (
+        (dist.ReduceOp.SUM, 0),
+        (dist.ReduceOp.AVG, 0),
+        (dist.ReduceOp.PRODUCT, 1),
+        (dist.ReduceOp.MIN, 2),
+        (dist.ReduceOp.MAX, 3),
+    ):
+        if op == candidate:
+            return code
+    return None
+
+
+def _gloo_call(gloo: Any, new: str, old: str) -> Any:
+    """gloo's method under torch's newer name where it has it, else the older one."""
+    return getattr(gloo, new, None) or getattr(gloo, old)
+
+
+def _completed(result: Any) -> Any:
+    """A finished ``Work`` whose future holds ``result``."""
+    future: torch.futures.Future[Any] = torch.futures.Future()
+    future.set_result(result)
+    return _C10D._create_work_from_future(future)
+
+
+class ShmProcessGroup(dist.ProcessGroup):
+    """A process group over shared memory for CPU collectives, delegating the rest to gloo."""
+
+    def __init__(self, store: Any, rank: int, size: int, timeout: timedelta) -> None:
+        super().__init__(rank, size)  # type: ignore[call-arg]  # the stubs list one form
+        c10d: Any = dist  # torch's stubs declare neither PrefixStore's export nor gloo's methods
+        self.gloo: Any = c10d.ProcessGroupGloo(
+            c10d.PrefixStore(f"{BACKEND_NAME}/gloo/", store), rank, size, timeout
+        )
+        # Every method not overridden below dispatches to the group's backend for the device.
+        self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self.gloo)
+        self.shm = ShmGroup()
+        self.shm.timeout = timeout.total_seconds()
+        if size > 1:
+            set_up_segment(self._gather, size, rank, self.shm)
+        else:
+            self.shm.reason = "a group of one rank needs no shared memory"
+        self.shm.ready = True
+        adopt(self, self.shm)  # anyaccel.distributed.all_reduce(group=this) shares the segment
+        if self.shm.reason:
+            logger.info("%s uses gloo for every collective: %s", BACKEND_NAME, self.shm.reason)
+
+    # -- set-up and status ------------------------------------------------------------------
+    def _gather(self, outputs: list[torch.Tensor], tensor: torch.Tensor) -> None:
+        self.gloo.allgather([outputs], [tensor]).wait()
+
+    def getBackendName(self) -> str:
+        return BACKEND_NAME
+
+    @property
+    def status(self) -> str:
+        """``"shared memory"``, or why every collective of this group runs on gloo."""
+        return "shared memory" if self.shm.communicator is not None else self.shm.reason
+
+    def shutdown(self) -> None:
+        """Unmap the segment and shut the gloo group down (``destroy_process_group`` calls it)."""
+        with self.shm.lock:
+            if self.shm.communicator is not None:
+                self.shm.communicator.close()
+                self.shm.communicator = None
+                self.shm.reason = "the group was destroyed"
+        # torch's own shutdown of the group's backends (gloo's); absent on older torch
+        shutdown = getattr(super(), "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+
+    def __del__(self) -> None:
+        communicator = getattr(getattr(self, "shm", None), "communicator", None)
+        if communicator is not None:
+            communicator.close()
+
+    # -- the native collectives -------------------------------------------------------------
+    def _native(self, tensors: Sequence[torch.Tensor]) -> bool:
+        return (
+            self.shm.communicator is not None
+            and len(tensors) == 1
+            and tensors[0].device.type == "cpu"
+            and tensors[0].layout == torch.strided
+        )
+
+    def _run(self, name: str, call: Callable[[Any], None]) -> None:
+        try:
+            with self.shm.lock:
+                communicator = self.shm.communicator
+                if communicator is None:
+                    raise CollectiveError(f"{name}: the process group was destroyed")
+                call(communicator)
+        except (RuntimeError, ValueError) as exc:
+            if isinstance(exc, CollectiveError):
+                raise
+            raise CollectiveError(f"{BACKEND_NAME} {name} failed: {exc}") from None
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
+        opts = _C10D.AllreduceOptions() if opts is None else opts
+        code = _op_code(opts.reduceOp)
+        if code is None or not self._native(tensors) or tensors[0].dtype not in _FLOAT_CODES:
+            return self.gloo.allreduce(tensors, opts)
+        target = tensors[0].detach()
+        work = target if target.is_contiguous() else target.contiguous()
+        self._run(
+            "all_reduce",
+            lambda c: c.all_reduce(
+                work.data_ptr(), work.numel(), _FLOAT_CODES[work.dtype], code,
+                self.shm.timeout, self.shm.threads,
+            ),
+        )  # fmt: skip
+        if opts.reduceOp == dist.ReduceOp.AVG:
+            work.div_(self.size())
+        if work is not target:
+            target.copy_(work)
+        return _completed(tensors)
+
+    def _gathered(self, outputs: list[torch.Tensor], tensor: torch.Tensor) -> None:
+        """Fill ``outputs`` (contiguous, one per rank, each like ``tensor``) with every rank's."""
+        source = tensor.detach().contiguous()
+        nbytes = source.numel() * source.element_size()
+        addresses = [output.data_ptr() for output in outputs]
+        self._run(
+            "all_gather",
+            lambda c: c.all_gather(
+                source.data_ptr(), addresses, nbytes, _DTYPE_TAGS[source.dtype],
+                self.shm.timeout, self.shm.threads,
+            ),
+        )  # fmt: skip
+
+    def allgather(  # type: ignore[override]
+        self, outputs: list[list[torch.Tensor]], tensors: list[torch.Tensor], opts: Any = None
+    ) -> Any:
+        opts = _C10D.AllgatherOptions() if opts is None else opts
+        if (
+            not self._native(tensors)
+            or tensors[0].dtype not in _DTYPE_TAGS
+            or len(outputs) != 1
+            or len(outputs[0]) != self.size()
+            or any(
+                o.dtype != tensors[0].dtype
+                or o.numel() != tensors[0].numel()
+                or o.device.type != "cpu"
+                or o.layout != torch.strided
+                for o in outputs[0]
+            )
+        ):
+            return self.gloo.allgather(outputs, tensors, opts)
+        targets = [o.detach() for o in outputs[0]]
+        buffers = [t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype) for t in targets]
+        self._gathered(buffers, tensors[0])
+        for target, buffer in zip(targets, buffers, strict=True):
+            if buffer is not target:
+                target.copy_(buffer)
+        return _completed(outputs)
+
+    def _allgather_base(self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None) -> Any:
+        opts = _C10D.AllgatherOptions() if opts is None else opts
+        if (
+            not self._native([tensor])
+            or tensor.dtype not in _DTYPE_TAGS
+            or output.dtype != tensor.dtype
+            or output.device.type != "cpu"
+            or output.layout != torch.strided
+            or output.numel() != tensor.numel() * self.size()
+        ):
+            return _gloo_call(self.gloo, "all_gather_single", "_allgather_base")(
+                output, tensor, opts
+            )
+        target = output.detach()
+        buffer = target if target.is_contiguous() else torch.empty(target.shape, dtype=target.dtype)
+        self._gathered(list(buffer.view(-1).chunk(self.size())) if tensor.numel() else
+                       [buffer.view(-1)] * self.size(), tensor)  # fmt: skip
+        if buffer is not target:
+            target.copy_(buffer)
+        return _completed([output])
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
+        opts = _C10D.BroadcastOptions() if opts is None else opts
+        if not self._native(tensors) or tensors[0].dtype not in _DTYPE_TAGS:
+            return self.gloo.broadcast(tensors, opts)
+        target = tensors[0].detach()
+        work = target if target.is_contiguous() else target.contiguous()
+        root = int(opts.rootRank)
+        self._run(
+            "broadcast",
+            lambda c: c.broadcast(
+                work.data_ptr(), work.numel() * work.element_size(), root,
+                _DTYPE_TAGS[work.dtype], self.shm.timeout, self.shm.threads,
+            ),
+        )  # fmt: skip
+        if work is not target:
+            target.copy_(work)
+        return _completed(tensors)
+
+    def _scattered(self, output: torch.Tensor, source: torch.Tensor, opts: Any) -> bool:
+        """Reduce-scatter ``source`` (``size`` parts) into ``output``; False: not native."""
+        code = _op_code(opts.reduceOp)
+        if (
+            code is None
+            or not self._native([source])
+            or source.dtype not in _FLOAT_CODES
+            or output.dtype != source.dtype
+            or output.device.type != "cpu"
+            or source.numel() != output.numel() * self.size()
+        ):
+            return False
+        source = source.detach().contiguous()
+        target = output.detach()
+        work = target if target.is_contiguous() else torch.empty_like(target).contiguous()
+        self._run(
+            "reduce_scatter",
+            lambda c: c.reduce_scatter(
+                source.data_ptr(), work.data_ptr(), work.numel(), _FLOAT_CODES[work.dtype],
+                code, self.shm.timeout, self.shm.threads,
+            ),
+        )  # fmt: skip
+        if opts.reduceOp == dist.ReduceOp.AVG:
+            work.div_(self.size())
+        if work is not target:
+            target.copy_(work)
+        return True
+
+    def reduce_scatter(  # type: ignore[override]
+        self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None
+    ) -> Any:
+        opts = _C10D.ReduceScatterOptions() if opts is None else opts
+        native = (
+            len(outputs) == 1
+            and len(inputs) == 1
+            and len(inputs[0]) == self.size()
+            and all(
+                t.dtype == outputs[0].dtype and t.numel() == outputs[0].numel()
+                and t.device.type == "cpu" and t.layout == torch.strided
+                for t in inputs[0]
+            )
+        )  # fmt: skip
+        if native:
+            source = torch.cat([t.detach().reshape(-1) for t in inputs[0]])
+            if self._scattered(outputs[0], source, opts):
+                return _completed(outputs)
+        return self.gloo.reduce_scatter(outputs, inputs, opts)
+
+    def _reduce_scatter_base(
+        self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None
+    ) -> Any:
+        opts = _C10D.ReduceScatterOptions() if opts is None else opts
+        if self._scattered(output, tensor, opts):
+            return _completed([output])
+        return _gloo_call(self.gloo, "reduce_scatter_single", "_reduce_scatter_base")(
+            output, tensor, opts
+        )
+
+    # torch >= 2.10 calls these names for all_gather_into_tensor and reduce_scatter_tensor
+    # (all_gather_single, reduce_scatter_single); older torch calls the underscored ones.
+    def all_gather_single(
+        self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None
+    ) -> Any:
+        """``all_gather_into_tensor`` on torch's newer method name."""
+        return self._allgather_base(output, tensor, opts)
+
+    def reduce_scatter_single(
+        self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None
+    ) -> Any:
+        """``reduce_scatter_tensor`` on torch's newer method name."""
+        return self._reduce_scatter_base(output, tensor, opts)
+
+    def barrier(self, opts: Any = None) -> Any:
+        opts = _C10D.BarrierOptions() if opts is None else opts
+        if self.shm.communicator is None:
+            return self.gloo.barrier(opts)
+        self._run("barrier", lambda c: c.barrier(self.shm.timeout))
+        return _completed([])
+
+
+def _create(store: Any, rank: int, size: int, timeout: timedelta) -> ShmProcessGroup:
+    """The factory ``torch.distributed`` calls on every rank of a new group."""
+    return ShmProcessGroup(store, rank, size, timeout)
+
+
+def backend_registered() -> bool:
+    """Whether ``torch.distributed`` knows :data:`BACKEND_NAME` in this process."""
+    return BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {})
+
+
+def register_backend() -> None:
+    """Register :data:`BACKEND_NAME` with ``torch.distributed`` for CPU tensors (idempotent).
+
+    Raises ``DistributedSetupError`` on a torch whose ``Backend.register_backend`` takes no
+    ``devices`` (before 2.1): upgrade torch, or use backend="gloo".
+    """
+    if backend_registered():
+        return
+    register = getattr(dist.Backend, "register_backend", None)
+    if register is None or "devices" not in inspect.signature(register).parameters:
+        raise DistributedSetupError(
+            f"torch {torch.__version__} cannot register the {BACKEND_NAME!r} backend "
+            "(Backend.register_backend(..., devices=) is missing): upgrade to torch >= 2.4, "
+            "or pass backend='gloo'"
+        )
+    register(BACKEND_NAME, _create, extended_api=False, devices=["cpu"])
+
+
+def shm_backend_wanted(argument: bool | None = None) -> tuple[bool, str]:
+    """Whether ``init_distributed`` should use :data:`BACKEND_NAME`, and why (for the trace).
+
+    ``argument`` (``init_distributed(shm_backend=...)``) decides when given; otherwise
+    :data:`BACKEND_ENV` set to 0/false/no/off turns it off.
+    """
+    if argument is not None:
+        return argument, f"shm_backend={argument}"
+    value = os.environ.get(BACKEND_ENV, "").strip().lower()
+    if value in _OFF:
+        return False, f"{BACKEND_ENV}={value}"
+    if not hasattr(os, "memfd_create"):
+        return False, "this platform has no memfd_create (Linux only)"
+    return True, "default for CPU ranks on one node"

@@ -1,0 +1,462 @@
+"""The ``anyaccel_shm`` torch.distributed backend: in one process, and real ranks against gloo."""
+
+from __future__ import annotations
+
+import json
+import signal
+import textwrap
+import time
+
+import pytest
+import torch.distributed as dist
+
+from anyaccel.distributed import BACKEND_NAME, backend_choice
+from anyaccel.distributed.errors import DistributedSetupError
+from anyaccel.distributed.process_group import cpu_collectives
+from anyaccel.distributed.shm import backend as backend_module
+from anyaccel.distributed.shm.backend import register_backend, shm_backend_wanted
+
+from ..ranks import finish, multiprocess, shm_entries, start_ranks
+
+
+def test_the_backend_is_registered_for_cpu_on_import() -> None:
+    assert backend_module.backend_registered()
+    assert dist.is_backend_available(BACKEND_NAME)
+    register_backend()  # idempotent
+    assert list(dist.Backend.backend_list).count(BACKEND_NAME) == 1
+
+
+def test_a_torch_without_register_backend_devices_gets_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def old_register(name: object, func: object, extended_api: bool = False) -> None: ...
+
+    monkeypatch.setattr(backend_module, "backend_registered", lambda: False)
+    monkeypatch.setattr(dist.Backend, "register_backend", old_register)
+    with pytest.raises(DistributedSetupError, match=r"upgrade to torch >= 2\.4.*'gloo'"):
+        register_backend()
+
+
+def test_the_environment_and_the_argument_turn_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANYACCEL_SHM_BACKEND", raising=False)
+    assert shm_backend_wanted()[0] is True
+    monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "0")
+    assert shm_backend_wanted() == (False, "ANYACCEL_SHM_BACKEND=0")
+    assert shm_backend_wanted(True) == (True, "shm_backend=True")
+    monkeypatch.delenv("ANYACCEL_SHM_BACKEND")
+    assert shm_backend_wanted(False) == (False, "shm_backend=False")
+
+
+def test_init_distributed_on_one_rank_picks_it_and_reports_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    import torch
+
+    from anyaccel.distributed import ShmProcessGroup, init_distributed
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.delenv("ANYACCEL_SHM_BACKEND", raising=False)
+    for name, value in {"DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    init_distributed(rank=0, world_size=1)
+    try:
+        assert backend_choice() == {
+            "backend": BACKEND_NAME,
+            "reason": "default for CPU ranks on one node",
+        }
+        assert dist.get_backend() == BACKEND_NAME
+        assert cpu_collectives() == (
+            "anyaccel_shm (default for CPU ranks on one node; chosen by init_distributed)"
+        )
+        world = dist.group.WORLD
+        assert isinstance(world, ShmProcessGroup)
+        assert world.status == "a group of one rank needs no shared memory"
+        tensor = torch.arange(4.0)
+        dist.all_reduce(tensor)
+        assert tensor.tolist() == [0.0, 1.0, 2.0, 3.0]
+    finally:
+        dist.destroy_process_group()
+
+
+# --- every collective against gloo, in one job of real ranks --------------------------------
+AGAINST_GLOO = textwrap.dedent(
+    """
+    import json, os, sys
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from anyaccel.distributed import (CollectiveError, ShmProcessGroup, backend_choice,
+                                      init_distributed)
+    info = init_distributed(timeout=timedelta(seconds=60))
+    rank, size = info.rank, info.world_size
+    world = dist.group.WORLD
+    gloo = dist.new_group(backend="gloo")
+    failures, checks = [], 0
+    R = dist.ReduceOp
+
+    class Counting:  # counts the kernel calls of the default group, to prove they are native
+        def __init__(self, inner):
+            self.inner, self.calls = inner, {}
+        def __getattr__(self, name):
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return getattr(self.inner, name)
+    world.shm.communicator = kernel = Counting(world.shm.communicator)
+
+    def check(name, ours, theirs):
+        global checks
+        checks += 1
+        ours = ours if isinstance(ours, list) else [ours]
+        theirs = theirs if isinstance(theirs, list) else [theirs]
+        same = len(ours) == len(theirs) and all(
+            a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+            for a, b in zip(ours, theirs))
+        if not same:
+            failures.append(f"{name}: {[o.flatten()[:4].tolist() for o in ours]} vs "
+                            f"{[t.flatten()[:4].tolist() for t in theirs]}")
+
+    def data(n, dtype, seed):
+        gen = torch.Generator().manual_seed(seed * 10 + rank)
+        if dtype.is_floating_point:
+            return (torch.randn(n, generator=gen) * 4).to(dtype)
+        return torch.randint(-50, 50, (n,), generator=gen).to(dtype)
+
+    FLOATS = [torch.float32, torch.bfloat16, torch.float16]
+    DTYPES = FLOATS + [torch.int32, torch.int64, torch.uint8]
+    SIZES = [0, 1, 1023, 1 << 18]
+    for dtype in DTYPES:
+        for n in SIZES:
+            for op in [R.SUM, R.PRODUCT, R.MIN, R.MAX]:
+                if dtype == torch.uint8 and op == R.PRODUCT:
+                    continue
+                a = data(n, dtype, 1); b = a.clone()
+                dist.all_reduce(a, op=op); dist.all_reduce(b, op=op, group=gloo)
+                check(f"all_reduce {dtype} {n} {op}", a, b)
+            if dtype in FLOATS:
+                a = data(n, dtype, 2); b = a.clone()
+                dist.all_reduce(a, op=R.AVG); dist.all_reduce(b, group=gloo); b.div_(size)
+                check(f"all_reduce {dtype} {n} AVG", a, b)
+            x = data(n, dtype, 3)
+            ours = [torch.empty_like(x) for _ in range(size)]
+            theirs = [torch.empty_like(x) for _ in range(size)]
+            dist.all_gather(ours, x); dist.all_gather(theirs, x, group=gloo)
+            check(f"all_gather {dtype} {n}", ours, theirs)
+            ours = torch.empty(n * size, dtype=dtype); theirs = torch.empty_like(ours)
+            dist.all_gather_into_tensor(ours, x); dist.all_gather_into_tensor(theirs, x, group=gloo)
+            check(f"all_gather_into_tensor {dtype} {n}", ours, theirs)
+            for root in range(size):
+                a = data(n, dtype, 4); b = a.clone()
+                dist.broadcast(a, root); dist.broadcast(b, root, group=gloo)
+                check(f"broadcast {dtype} {n} root {root}", a, b)
+            if dtype != torch.uint8:
+                big = data(n * size, dtype, 5)
+                a = torch.empty(n, dtype=dtype); b = torch.empty(n, dtype=dtype)
+                dist.reduce_scatter_tensor(a, big); dist.reduce_scatter_tensor(b, big, group=gloo)
+                check(f"reduce_scatter_tensor {dtype} {n}", a, b)
+                parts = list(big.chunk(size)) if n else [big.clone() for _ in range(size)]
+                a = torch.empty(n, dtype=dtype); b = torch.empty(n, dtype=dtype)
+                dist.reduce_scatter(a, parts); dist.reduce_scatter(b, parts, group=gloo)
+                check(f"reduce_scatter {dtype} {n}", a, b)
+
+    native_calls = dict(kernel.calls)
+    # non-contiguous input: reduced in place, as a contiguous copy through gloo would be
+    a = data(64, torch.float32, 6).reshape(8, 8).t(); b = a.contiguous()
+    dist.all_reduce(a); dist.all_reduce(b, group=gloo)
+    check("all_reduce non-contiguous", a.contiguous(), b)
+    # async_op: a Work to wait on, with the outputs in its future
+    a = data(1000, torch.float32, 7); b = a.clone()
+    work = dist.all_reduce(a, async_op=True)
+    work.wait()
+    dist.all_reduce(b, group=gloo)
+    check("all_reduce async", [a] + list(work.get_future().value()), [b, b])
+    # a subgroup of the backend, and barrier
+    sub = dist.new_group(list(range(size)))
+    a = data(999, torch.bfloat16, 8); b = a.clone()
+    dist.all_reduce(a, group=sub); dist.all_reduce(b, group=gloo)
+    check("all_reduce subgroup", a, b)
+    dist.barrier(); dist.barrier(group=sub)
+    # what runs on gloo inside the backend
+    x = data(6 * size, torch.float32, 9)
+    ours, theirs = torch.empty_like(x), torch.empty_like(x)
+    dist.all_to_all_single(ours, x); dist.all_to_all_single(theirs, x, group=gloo)
+    check("all_to_all_single", ours, theirs)
+    if rank == 0:
+        dist.send(torch.arange(5.0), 1)
+    elif rank == 1:
+        got = torch.empty(5); dist.recv(got, 0); check("send/recv", got, torch.arange(5.0))
+    gathered = [None] * size
+    dist.all_gather_object(gathered, {"rank": rank})
+    checks += 1
+    if gathered != [{"rank": r} for r in range(size)]:
+        failures.append(f"all_gather_object: {gathered}")
+    # unchanged DDP code: the same losses and parameters as on gloo
+    def train(group):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                    torch.nn.Linear(32, 1))
+        ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+        gen = torch.Generator().manual_seed(100 + rank)
+        losses = []
+        for _ in range(5):
+            x = torch.randn(8, 16, generator=gen)
+            loss = torch.nn.functional.mse_loss(ddp(x), x.sum(1, keepdim=True))
+            opt.zero_grad(); loss.backward(); opt.step()
+            losses.append(loss.item())
+        return losses, [p.detach() for p in model.parameters()]
+    (ours, ours_params), (theirs, theirs_params) = train(None), train(gloo)
+    check("DDP parameters", ours_params, theirs_params)
+    checks += 1
+    if ours != theirs or len(set(ours)) < 3:
+        failures.append(f"DDP losses: {ours} vs {theirs}")
+    # FSDP (and FSDP2 where torch has it): all_gather_into_tensor and reduce_scatter_tensor
+    import warnings
+    warnings.filterwarnings("ignore")
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    def train_sharded(group, wrap):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 1))
+        model = wrap(model, group)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        gen = torch.Generator().manual_seed(100 + rank)
+        losses = []
+        for _ in range(4):
+            x = torch.randn(8, 16, generator=gen)
+            loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+            opt.zero_grad(); loss.backward(); opt.step()
+            losses.append(loss.item())
+        return losses
+    def fsdp1(model, group):
+        return FSDP(model, process_group=group, device_id=torch.device("cpu"))
+    wraps = {"FSDP": fsdp1}
+    try:
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.device_mesh import DeviceMesh
+        def fsdp2(model, group):
+            fully_shard(model, mesh=DeviceMesh.from_group(group or world, "cpu"))
+            return model
+        wraps["FSDP2"] = fsdp2
+    except ImportError:  # torch < 2.6 has no public fully_shard
+        pass
+    sharded = {}
+    for name, wrap in wraps.items():
+        before = dict(kernel.calls)
+        ours, theirs = train_sharded(None, wrap), train_sharded(gloo, wrap)
+        checks += 1
+        if ours != theirs or len(set(ours)) < 3:
+            failures.append(f"{name} losses: {ours} vs {theirs}")
+        sharded[name] = sorted(k for k in kernel.calls if kernel.calls[k] > before.get(k, 0))
+    status = {"world": world.status, "sub": sub.status, "types": [type(world).__name__,
+              type(sub).__name__], "backend": dist.get_backend(), "choice": backend_choice()}
+    # ranks that disagree: an error on every rank, never a wrong result
+    bad = dist.new_group(list(range(size)))
+    errors = []
+    for tensor in (torch.ones(4 * (rank + 1)), torch.ones(4, dtype=[torch.float32,
+                   torch.bfloat16][rank % 2])):
+        try:
+            dist.all_reduce(tensor, group=bad)
+            errors.append(f"no error: {tensor[:2].tolist()}")
+        except CollectiveError as error:
+            errors.append(str(error))
+    dist.destroy_process_group()
+    print(json.dumps({"failures": failures, "checks": checks, "status": status,
+                      "errors": errors, "native": native_calls, "sharded": sharded,
+                      "grid": [len(DTYPES), len(FLOATS), len(SIZES)]}), flush=True)
+    # Every group is destroyed by now. os._exit skips interpreter teardown, where about one run
+    # in ten of this job aborts ("terminate called without an active exception", no Python
+    # frame) after all of the above passed: not yet explained, reported, and not reproduced by
+    # smaller jobs of the same calls; the leak and cycle tests below exit normally.
+    os._exit(0)
+    """
+)
+
+
+@multiprocess
+def test_every_collective_equals_gloo_bit_for_bit_on_two_ranks() -> None:
+    before = shm_entries()
+    outputs = [
+        json.loads(out.strip().splitlines()[-1]) for out in finish(start_ranks(AGAINST_GLOO))
+    ]
+    assert shm_entries() - before == set()
+    for rank, result in enumerate(outputs):
+        assert result["failures"] == [], result["failures"][:10]
+        assert result["checks"] > 200
+        assert result["status"] == {
+            "world": "shared memory",
+            "sub": "shared memory",
+            "types": ["ShmProcessGroup", "ShmProcessGroup"],
+            "backend": BACKEND_NAME,
+            "choice": {"backend": BACKEND_NAME, "reason": "default for CPU ranks on one node"},
+        }
+        dtypes, floats, sizes_ = result["grid"]
+        assert result["native"] == {
+            # SUM, PRODUCT, MIN, MAX and AVG of the float dtypes; integers go to gloo
+            "all_reduce": floats * sizes_ * 5,
+            # all_gather and all_gather_into_tensor, every dtype (bytes)
+            "all_gather": dtypes * sizes_ * 2,
+            "broadcast": dtypes * sizes_ * 2,  # from each of the 2 roots
+            "reduce_scatter": floats * sizes_ * 2,  # the list form and the tensor form
+        }, (rank, result["native"])
+        for name, used in result["sharded"].items():  # FSDP's collectives ran natively
+            assert {"all_gather", "reduce_scatter"} <= set(used), (name, used)
+        sizes, later = result["errors"]
+        assert "different tensors" in sizes and "4 float32 elements" in sizes
+        assert "8 float32 elements" in sizes, (rank, sizes)
+        assert "failed earlier" in later or "different tensors" in later, (rank, later)
+
+
+# --- faults: a rank killed mid-collective, and create/destroy cycles -------------------------
+KILLED = textwrap.dedent(
+    """
+    import os, sys, time
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from anyaccel.distributed import CollectiveError, init_distributed
+    info = init_distributed(backend="anyaccel_shm", timeout=timedelta(seconds=60))
+    dist.all_reduce(torch.ones(8))
+    print("ready", flush=True)
+    if info.rank == 1:
+        time.sleep(600)  # the test kills it
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(1 << 20))
+    except CollectiveError as error:
+        print(f"{time.monotonic() - start:.2f} {error}", flush=True)
+        os._exit(0)
+    print("no error", flush=True)
+    os._exit(3)
+    """
+)
+
+
+@multiprocess
+def test_a_rank_killed_mid_collective_fails_the_others_fast() -> None:
+    before = shm_entries()
+    procs = start_ranks(KILLED, 2)
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+        procs[1].send_signal(signal.SIGKILL)
+        out, err = procs[0].communicate(timeout=90)
+        assert procs[0].returncode == 0, out + err[-3000:]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    assert shm_entries() - before == set()
+    elapsed, _, message = out.strip().splitlines()[-1].partition(" ")
+    assert "anyaccel_shm all_reduce failed" in message and "rank 1 (pid" in message
+    assert "died" in message
+    assert float(elapsed) < 30  # well inside the group's 60 s timeout
+
+
+CYCLES = textwrap.dedent(
+    """
+    import gc, json, os, sys
+    import torch, torch.distributed as dist
+    import anyaccel.distributed
+    rank, size, cycles = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(sys.argv[1])
+    base = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), size, rank == 0)
+
+    def snapshot():
+        maps = open("/proc/self/maps").read().count("anyaccel-shm")
+        return [len(os.listdir("/proc/self/fd")), len(os.listdir("/proc/self/task")), maps]
+
+    seen = []
+    for cycle in range(cycles):
+        dist.init_process_group("anyaccel_shm", store=dist.PrefixStore(f"{cycle}/", base),
+                                rank=rank, world_size=size)
+        tensor = torch.ones(10)
+        dist.all_reduce(tensor)
+        assert tensor[0] == size and dist.group.WORLD.status == "shared memory"
+        mapped = snapshot()[2]
+        dist.destroy_process_group()
+        gc.collect()
+        seen.append(snapshot())
+    print(json.dumps({"mapped": mapped, "first": seen[0], "last": seen[-1]}), flush=True)
+    """
+)
+
+
+@multiprocess
+def test_create_and_destroy_cycles_leak_no_mapping_fd_or_thread() -> None:
+    before = shm_entries()
+    outputs = finish(start_ranks(CYCLES, 2, "50"))
+    assert shm_entries() - before == set()
+    for out in outputs:
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["mapped"] == 1  # the live group's segment is mapped once...
+        assert result["first"][2] == 0  # ...and unmapped by destroy_process_group()
+        assert result["last"] == result["first"], result
+
+
+# --- four ranks as two simulated nodes: gloo across nodes, shared memory within one ----------
+TWO_NODES = textwrap.dedent(
+    """
+    import json
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from anyaccel.distributed import backend_choice, init_distributed
+    info = init_distributed(timeout=timedelta(seconds=60))
+    rank, size = info.rank, info.world_size
+    choice = backend_choice()["backend"]
+    dist.destroy_process_group()
+    info = init_distributed(backend="anyaccel_shm", timeout=timedelta(seconds=60))
+    gloo = dist.new_group(backend="gloo")
+    node = dist.new_group([0, 1]), dist.new_group([2, 3])  # every rank creates both
+    mine = node[rank // 2]
+    failures = []
+    for group, members in ((None, size), (mine, 2)):
+        gen = torch.Generator().manual_seed(rank)
+        for dtype in (torch.float32, torch.bfloat16):
+            x = (torch.randn(1001, generator=gen) * 3).to(dtype)
+            a, b = x.clone(), x.clone()
+            dist.all_reduce(a, group=group)
+            ref = [torch.empty_like(x) for _ in range(size)]
+            dist.all_gather(ref, x, group=gloo)
+            lo = 0 if group is None else rank // 2 * 2
+            want = ref[lo].float()
+            for part in ref[lo + 1: lo + members]:
+                want = want + part.float()  # rank order, accumulated in fp32, rounded once
+            if not torch.equal(a, want.to(dtype)) and group is not None:
+                failures.append(f"all_reduce {dtype} on {members} ranks")
+            # across nodes gloo adds in its own order and rounds each step: the dtype's tolerance
+            atol = 1e-4 if dtype == torch.float32 else 0.25
+            if group is None and not torch.allclose(a.float(), want, rtol=0, atol=atol):
+                failures.append(f"all_reduce {dtype} on the world")
+            out = [torch.empty_like(x) for _ in range(members)]
+            dist.all_gather(out, x, group=group)
+            if not all(torch.equal(o, r) for o, r in zip(out, ref[lo: lo + members])):
+                failures.append(f"all_gather {dtype} on {members} ranks")
+            dist.broadcast(b, lo + 1, group=group)
+            if not torch.equal(b, ref[lo + 1]):
+                failures.append(f"broadcast {dtype} on {members} ranks")
+            big = torch.cat([x] * members)
+            rs = torch.empty_like(x)
+            dist.reduce_scatter_tensor(rs, big, group=group)
+            whole = torch.empty_like(x)
+            dist.all_reduce(whole.copy_(x), group=group)
+            if not torch.allclose(rs.float(), whole.float(), rtol=0, atol=atol):
+                failures.append(f"reduce_scatter_tensor {dtype} on {members} ranks")
+    status = [dist.group.WORLD.status, mine.status]
+    dist.destroy_process_group()
+    print(json.dumps({"choice": choice, "status": status, "failures": failures}), flush=True)
+    """
+)
+
+
+@multiprocess
+def test_four_ranks_on_two_nodes_use_gloo_across_and_shared_memory_within() -> None:
+    outputs = finish(start_ranks(TWO_NODES, 4, nodes=2))
+    for out in outputs:
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["choice"] == "gloo"  # init_distributed's default spans two nodes
+        assert result["status"] == ["the group's ranks run on more than one node", "shared memory"]
+        assert result["failures"] == []
