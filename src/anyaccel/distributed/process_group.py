@@ -39,7 +39,7 @@ def backend_choice() -> dict[str, str]:
 def cpu_collectives() -> str:
     """Where CPU collectives go, for ``anyaccel report``: this process's choice, else the default.
 
-    ``"anyaccel_shm (default for CPU ranks on one node)"``, ``"gloo (ANYACCEL_SHM_BACKEND=0)"``...
+    ``"gloo (opt-in: ...)"``, ``"anyaccel_shm (ANYACCEL_SHM_BACKEND=1)"``...
     """
     if _choice and dist.is_available() and dist.is_initialized():
         return f"{_choice['backend']} ({_choice['reason']}; chosen by init_distributed)"
@@ -150,8 +150,9 @@ def init_distributed(
     (``bind_cores=True``, ``core_list`` to restrict the cores), and initialises the group.
 
     With no ``backend``, CPU ranks all on one node get ``"anyaccel_shm"`` (shared-memory
-    collectives, gloo for the rest): ``shm_backend=False`` or ``ANYACCEL_SHM_BACKEND=0`` keeps
-    gloo; ``backend_choice()`` tells what was chosen and why.
+    collectives, gloo for the rest) when asked for, with ``shm_backend=True`` or
+    ``ANYACCEL_SHM_BACKEND=1`` (opt-in for now), else gloo; ``backend_choice()`` tells what was
+    chosen and why.
 
     Raises ``DistributedSetupError`` before any rendezvous when the launcher's variables are
     missing or inconsistent, the backend is unavailable, or local ranks would share a device;

@@ -37,9 +37,18 @@ def test_a_torch_without_register_backend_devices_gets_a_clear_error(
         register_backend()
 
 
-def test_the_environment_and_the_argument_turn_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_environment_and_the_argument_turn_it_on_and_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("ANYACCEL_SHM_BACKEND", raising=False)
-    assert shm_backend_wanted()[0] is True
+    assert shm_backend_wanted() == (
+        False,
+        "opt-in: init_distributed(shm_backend=True) or ANYACCEL_SHM_BACKEND=1",
+    )
+    monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "1")
+    assert shm_backend_wanted() == (True, "ANYACCEL_SHM_BACKEND=1")
+    monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "maybe")
+    assert shm_backend_wanted()[0] is False and "'maybe' is not one of" in shm_backend_wanted()[1]
     monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "0")
     assert shm_backend_wanted() == (False, "ANYACCEL_SHM_BACKEND=0")
     assert shm_backend_wanted(True) == (True, "shm_backend=True")
@@ -59,19 +68,22 @@ def test_init_distributed_on_one_rank_picks_it_and_reports_why(
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    monkeypatch.delenv("ANYACCEL_SHM_BACKEND", raising=False)
-    for name, value in {"DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1"}.items():
+    for name, value in {
+        "DS_ACCELERATOR": "cpu",
+        "MASTER_ADDR": "127.0.0.1",
+        "ANYACCEL_SHM_BACKEND": "1",
+    }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("MASTER_PORT", str(port))
     init_distributed(rank=0, world_size=1)
     try:
         assert backend_choice() == {
             "backend": BACKEND_NAME,
-            "reason": "default for CPU ranks on one node",
+            "reason": "ANYACCEL_SHM_BACKEND=1",
         }
         assert dist.get_backend() == BACKEND_NAME
         assert cpu_collectives() == (
-            "anyaccel_shm (default for CPU ranks on one node; chosen by init_distributed)"
+            "anyaccel_shm (ANYACCEL_SHM_BACKEND=1; chosen by init_distributed)"
         )
         world = dist.group.WORLD
         assert isinstance(world, ShmProcessGroup)
@@ -91,7 +103,7 @@ AGAINST_GLOO = textwrap.dedent(
     import torch, torch.distributed as dist
     from anyaccel.distributed import (CollectiveError, ShmProcessGroup, backend_choice,
                                       init_distributed)
-    info = init_distributed(timeout=timedelta(seconds=60))
+    info = init_distributed(timeout=timedelta(seconds=60), shm_backend=True)
     rank, size = info.rank, info.world_size
     world = dist.group.WORLD
     gloo = dist.new_group(backend="gloo")
@@ -290,7 +302,7 @@ def test_every_collective_equals_gloo_bit_for_bit_on_two_ranks() -> None:
             "sub": "shared memory",
             "types": ["ShmProcessGroup", "ShmProcessGroup"],
             "backend": BACKEND_NAME,
-            "choice": {"backend": BACKEND_NAME, "reason": "default for CPU ranks on one node"},
+            "choice": {"backend": BACKEND_NAME, "reason": "shm_backend=True"},
         }
         dtypes, floats, sizes_ = result["grid"]
         assert result["native"] == {
@@ -404,7 +416,7 @@ TWO_NODES = textwrap.dedent(
     from datetime import timedelta
     import torch, torch.distributed as dist
     from anyaccel.distributed import backend_choice, init_distributed
-    info = init_distributed(timeout=timedelta(seconds=60))
+    info = init_distributed(timeout=timedelta(seconds=60), shm_backend=True)
     rank, size = info.rank, info.world_size
     choice = backend_choice()["backend"]
     dist.destroy_process_group()
@@ -457,6 +469,6 @@ def test_four_ranks_on_two_nodes_use_gloo_across_and_shared_memory_within() -> N
     outputs = finish(start_ranks(TWO_NODES, 4, nodes=2))
     for out in outputs:
         result = json.loads(out.strip().splitlines()[-1])
-        assert result["choice"] == "gloo"  # init_distributed's default spans two nodes
+        assert result["choice"] == "gloo"  # asked for, but the job spans two nodes
         assert result["status"] == ["the group's ranks run on more than one node", "shared memory"]
         assert result["failures"] == []

@@ -70,6 +70,7 @@ _DTYPE_TAGS: dict[torch.dtype, int] = {
     )
 }  # fmt: skip
 _OFF = ("0", "false", "no", "off")
+_ON = ("1", "true", "yes", "on")
 #: torch's C++ collective options (``AllgatherOptions`` ...), not all re-exported by dist.
 _C10D: Any = torch._C._distributed_c10d
 
@@ -381,14 +382,19 @@ def register_backend() -> None:
 def shm_backend_wanted(argument: bool | None = None) -> tuple[bool, str]:
     """Whether ``init_distributed`` should use :data:`BACKEND_NAME`, and why (for the trace).
 
-    ``argument`` (``init_distributed(shm_backend=...)``) decides when given; otherwise
-    :data:`BACKEND_ENV` set to 0/false/no/off turns it off.
+    Opt-in for now (a rare abort at process exit is not yet explained): ``argument``
+    (``init_distributed(shm_backend=...)``) decides when given; otherwise :data:`BACKEND_ENV`
+    set to 1/true/yes/on turns it on, and 0/false/no/off or unset keeps gloo.
     """
     if argument is not None:
         return argument, f"shm_backend={argument}"
     value = os.environ.get(BACKEND_ENV, "").strip().lower()
     if value in _OFF:
         return False, f"{BACKEND_ENV}={value}"
+    if value not in _ON:
+        if value:
+            return False, f"{BACKEND_ENV}={value!r} is not one of {', '.join(_ON + _OFF)}"
+        return False, f"opt-in: init_distributed(shm_backend=True) or {BACKEND_ENV}=1"
     if not hasattr(os, "memfd_create"):
         return False, "this platform has no memfd_create (Linux only)"
-    return True, "default for CPU ranks on one node"
+    return True, f"{BACKEND_ENV}={value}"
