@@ -53,6 +53,36 @@ def test_mixed_endings_outside_the_change_are_kept(tmp_path: Path) -> None:
     assert b"A = 1\nB = 2\r\n" in data and data.endswith(PORTED_LINE + b"\nC = 3\r\n")
 
 
+def test_old_mac_cr_endings_are_checked_line_by_line(tmp_path: Path) -> None:
+    source = b"import torch\rx = torch.zeros(3).cuda()\rif True:\r    torch.cuda.synchronize()\r"
+    (tmp_path / "m.py").write_bytes(source)
+    check = run_cli("check", "m.py", cwd=tmp_path)
+    _no_traceback(check)
+    assert check.returncode == 1, (check.stdout, check.stderr)
+    assert "m.py:2:5: ACC030" in check.stdout and "m.py:4:5: ACC001" in check.stdout
+    port = run_cli("port", "--write", "m.py", cwd=tmp_path)
+    _no_traceback(port)
+    # Ported (CR endings kept) or one clear error with the file untouched: never "nothing to port".
+    data = (tmp_path / "m.py").read_bytes()
+    if port.returncode == 0:
+        assert PORTED_LINE in data and b"\n" not in data, data
+    else:
+        assert port.returncode == 2 and "m.py" in port.stderr and data == source
+
+
+def test_form_feeds_do_not_shift_inline_ignores(tmp_path: Path) -> None:
+    # Python does not break lines at a form feed (str.splitlines does): line 3 is silenced.
+    source = (
+        b"import torch\n\x0c\nA = torch.zeros(1).cuda()  # anyaccel: ignore\n"
+        b"B = 1; torch.cuda.synchronize()\n"
+    )
+    (tmp_path / "m.py").write_bytes(source)
+    check = run_cli("check", "m.py", cwd=tmp_path)
+    assert check.returncode == 1, check.stderr
+    assert "m.py:4:8: ACC001" in check.stdout, check.stdout
+    assert "m.py:3:" not in check.stdout
+
+
 def test_a_utf8_bom_file_is_checked_and_ported_and_keeps_its_bom(tmp_path: Path) -> None:
     body = "import torch\n# café\ntorch.cuda.synchronize()\n".encode()
     (tmp_path / "m.py").write_bytes(b"\xef\xbb\xbf" + body)
