@@ -174,3 +174,16 @@ def test_a_very_deep_expression_is_one_clear_error(tmp_path: Path, terms: int) -
     check = run_cli("check", "deep.py", cwd=tmp_path)
     _no_traceback(check)
     assert check.returncode in (1, 2)  # found, or "nested too deeply": never a traceback
+
+
+@pytest.mark.parametrize("command", [("check",), ("port", "--write")])
+def test_an_empty_path_is_refused_not_read_as_the_current_directory(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    source = b"import torch\ntorch.cuda.synchronize()\n"
+    (tmp_path / "m.py").write_bytes(source)
+    result = run_cli(*command, "", cwd=tmp_path)  # `anyaccel check "$UNSET"`
+    _no_traceback(result)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "empty path" in result.stderr and "m.py" not in result.stdout + result.stderr
+    assert (tmp_path / "m.py").read_bytes() == source

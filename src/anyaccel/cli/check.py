@@ -20,16 +20,27 @@ from anyaccel.porting.config import CheckConfig, ConfigError, find_config
 from anyaccel.porting.source_files import iter_python_files
 from anyaccel.porting.source_text import SourceReadError, read_source
 
-__all__ = ["add_arguments", "check_file", "check_paths", "format_findings", "run"]
+__all__ = ["add_arguments", "check_file", "check_paths", "format_findings", "path_argument", "run"]
 
 FORMATS = ("text", "json", "github")
 #: From this many files on, files are checked in parallel processes.
 _PARALLEL_FROM = 200
 
 
+def path_argument(text: str) -> Path:
+    """A PATH argument; an empty one is refused (``Path("")`` would silently mean ``.``)."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "an empty path (an unset shell variable?); name a file or directory, e.g. ."
+        )
+    return Path(text)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``anyaccel check``."""
-    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files or directories")
+    parser.add_argument(
+        "paths", nargs="+", type=path_argument, metavar="PATH", help="files or directories"
+    )
     parser.add_argument("--format", choices=FORMATS, default="text", help="output format")
     parser.add_argument(
         "--select", help="comma-separated codes or prefixes to check (replaces the config's)"
