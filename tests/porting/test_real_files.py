@@ -187,3 +187,22 @@ def test_an_empty_path_is_refused_not_read_as_the_current_directory(
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "empty path" in result.stderr and "m.py" not in result.stdout + result.stderr
     assert (tmp_path / "m.py").read_bytes() == source
+
+
+def test_github_annotations_escape_commas_colons_and_newlines_in_file_names(
+    tmp_path: Path,
+) -> None:
+    name = "we,ird:na\nme.py"
+    (tmp_path / name).write_bytes(b"import torch\ntorch.cuda.synchronize()\n")
+    result = run_cli("check", "--format", "github", ".", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("::error file="), result.stdout
+    properties = dict(
+        item.split("=", 1) for item in lines[0][len("::error ") :].split("::", 1)[0].split(",")
+    )
+    assert set(properties) == {"file", "line", "col", "title"}, properties
+    decoded = properties["file"]
+    for code, char in (("%2C", ","), ("%3A", ":"), ("%0A", "\n"), ("%0D", "\r"), ("%25", "%")):
+        decoded = decoded.replace(code, char)
+    assert decoded == name and properties["line"] == "2", properties

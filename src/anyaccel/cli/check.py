@@ -111,7 +111,8 @@ def format_findings(findings: Sequence[Finding], fmt: str) -> str:
         return json.dumps([f.to_dict() for f in items], indent=2)
     if fmt == "github":
         return "\n".join(
-            f"::error file={f.path},line={f.line},col={f.column},title=anyaccel {f.code}::"
+            f"::error file={_escape_property(f.path)},line={f.line},col={f.column},"
+            f"title=anyaccel {f.code}::"
             f"{_escape(f.message)} ({_escape(f.suggestion)})"
             for f in items
         )
@@ -121,6 +122,11 @@ def format_findings(findings: Sequence[Finding], fmt: str) -> str:
 def _escape(text: str) -> str:
     """GitHub workflow-command escaping of a message."""
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    """GitHub workflow-command escaping of a property value (``,`` and ``:`` end one)."""
+    return _escape(text).replace(":", "%3A").replace(",", "%2C")
 
 
 def run(args: argparse.Namespace) -> int:
