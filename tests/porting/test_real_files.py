@@ -53,6 +53,36 @@ def test_mixed_endings_outside_the_change_are_kept(tmp_path: Path) -> None:
     assert b"A = 1\nB = 2\r\n" in data and data.endswith(PORTED_LINE + b"\nC = 3\r\n")
 
 
+def test_old_mac_cr_endings_are_checked_line_by_line(tmp_path: Path) -> None:
+    source = b"import torch\rx = torch.zeros(3).cuda()\rif True:\r    torch.cuda.synchronize()\r"
+    (tmp_path / "m.py").write_bytes(source)
+    check = run_cli("check", "m.py", cwd=tmp_path)
+    _no_traceback(check)
+    assert check.returncode == 1, (check.stdout, check.stderr)
+    assert "m.py:2:5: ACC030" in check.stdout and "m.py:4:5: ACC001" in check.stdout
+    port = run_cli("port", "--write", "m.py", cwd=tmp_path)
+    _no_traceback(port)
+    # Ported (CR endings kept) or one clear error with the file untouched: never "nothing to port".
+    data = (tmp_path / "m.py").read_bytes()
+    if port.returncode == 0:
+        assert PORTED_LINE in data and b"\n" not in data, data
+    else:
+        assert port.returncode == 2 and "m.py" in port.stderr and data == source
+
+
+def test_form_feeds_do_not_shift_inline_ignores(tmp_path: Path) -> None:
+    # Python does not break lines at a form feed (str.splitlines does): line 3 is silenced.
+    source = (
+        b"import torch\n\x0c\nA = torch.zeros(1).cuda()  # anyaccel: ignore\n"
+        b"B = 1; torch.cuda.synchronize()\n"
+    )
+    (tmp_path / "m.py").write_bytes(source)
+    check = run_cli("check", "m.py", cwd=tmp_path)
+    assert check.returncode == 1, check.stderr
+    assert "m.py:4:8: ACC001" in check.stdout, check.stdout
+    assert "m.py:3:" not in check.stdout
+
+
 def test_a_utf8_bom_file_is_checked_and_ported_and_keeps_its_bom(tmp_path: Path) -> None:
     body = "import torch\n# café\ntorch.cuda.synchronize()\n".encode()
     (tmp_path / "m.py").write_bytes(b"\xef\xbb\xbf" + body)
@@ -144,3 +174,35 @@ def test_a_very_deep_expression_is_one_clear_error(tmp_path: Path, terms: int) -
     check = run_cli("check", "deep.py", cwd=tmp_path)
     _no_traceback(check)
     assert check.returncode in (1, 2)  # found, or "nested too deeply": never a traceback
+
+
+@pytest.mark.parametrize("command", [("check",), ("port", "--write")])
+def test_an_empty_path_is_refused_not_read_as_the_current_directory(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    source = b"import torch\ntorch.cuda.synchronize()\n"
+    (tmp_path / "m.py").write_bytes(source)
+    result = run_cli(*command, "", cwd=tmp_path)  # `anyaccel check "$UNSET"`
+    _no_traceback(result)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "empty path" in result.stderr and "m.py" not in result.stdout + result.stderr
+    assert (tmp_path / "m.py").read_bytes() == source
+
+
+def test_github_annotations_escape_commas_colons_and_newlines_in_file_names(
+    tmp_path: Path,
+) -> None:
+    name = "we,ird:na\nme.py"
+    (tmp_path / name).write_bytes(b"import torch\ntorch.cuda.synchronize()\n")
+    result = run_cli("check", "--format", "github", ".", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("::error file="), result.stdout
+    properties = dict(
+        item.split("=", 1) for item in lines[0][len("::error ") :].split("::", 1)[0].split(",")
+    )
+    assert set(properties) == {"file", "line", "col", "title"}, properties
+    decoded = properties["file"]
+    for code, char in (("%2C", ","), ("%3A", ":"), ("%0A", "\n"), ("%0D", "\r"), ("%25", "%")):
+        decoded = decoded.replace(code, char)
+    assert decoded == name and properties["line"] == "2", properties

@@ -20,16 +20,27 @@ from anyaccel.porting.config import CheckConfig, ConfigError, find_config
 from anyaccel.porting.source_files import iter_python_files
 from anyaccel.porting.source_text import SourceReadError, read_source
 
-__all__ = ["add_arguments", "check_file", "check_paths", "format_findings", "run"]
+__all__ = ["add_arguments", "check_file", "check_paths", "format_findings", "path_argument", "run"]
 
 FORMATS = ("text", "json", "github")
 #: From this many files on, files are checked in parallel processes.
 _PARALLEL_FROM = 200
 
 
+def path_argument(text: str) -> Path:
+    """A PATH argument; an empty one is refused (``Path("")`` would silently mean ``.``)."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "an empty path (an unset shell variable?); name a file or directory, e.g. ."
+        )
+    return Path(text)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``anyaccel check``."""
-    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files or directories")
+    parser.add_argument(
+        "paths", nargs="+", type=path_argument, metavar="PATH", help="files or directories"
+    )
     parser.add_argument("--format", choices=FORMATS, default="text", help="output format")
     parser.add_argument(
         "--select", help="comma-separated codes or prefixes to check (replaces the config's)"
@@ -100,7 +111,8 @@ def format_findings(findings: Sequence[Finding], fmt: str) -> str:
         return json.dumps([f.to_dict() for f in items], indent=2)
     if fmt == "github":
         return "\n".join(
-            f"::error file={f.path},line={f.line},col={f.column},title=anyaccel {f.code}::"
+            f"::error file={_escape_property(f.path)},line={f.line},col={f.column},"
+            f"title=anyaccel {f.code}::"
             f"{_escape(f.message)} ({_escape(f.suggestion)})"
             for f in items
         )
@@ -110,6 +122,11 @@ def format_findings(findings: Sequence[Finding], fmt: str) -> str:
 def _escape(text: str) -> str:
     """GitHub workflow-command escaping of a message."""
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    """GitHub workflow-command escaping of a property value (``,`` and ``:`` end one)."""
+    return _escape(text).replace(":", "%3A").replace(",", "%2C")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from anyaccel.cli.check import path_argument
 from anyaccel.porting.config import ConfigError, find_config
 from anyaccel.porting.source_files import iter_python_files
 from anyaccel.porting.source_text import (
@@ -26,7 +27,9 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``anyaccel port``."""
-    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files or directories")
+    parser.add_argument(
+        "paths", nargs="+", type=path_argument, metavar="PATH", help="files or directories"
+    )
     parser.add_argument("--write", action="store_true", help="write the ported files in place")
     parser.add_argument(
         "--quiet", action="store_true", help="no diff, only what is left and the summary"

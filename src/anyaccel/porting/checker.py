@@ -28,6 +28,7 @@ __all__ = [
 #: Every rule needs one of these in the source text; a file without them has no finding.
 TRIGGER = re.compile(r"cud|CUD|nccl|pin_memory")
 _IGNORE = re.compile(r"#\s*anyaccel:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _DEVICE_STRING = re.compile(r"cuda(?::\d+)?")
 
 
@@ -57,12 +58,29 @@ def could_match(source: str) -> bool:
     return TRIGGER.search(source) is not None
 
 
+def source_lines(source: str) -> list[str]:
+    """The lines of ``source`` as Python numbers them: broken at ``\\n``, ``\\r\\n``, ``\\r`` only.
+
+    ``str.splitlines`` also breaks at form feeds and Unicode separators, which Python does not.
+    """
+    return _LINE_BREAK.split(source)
+
+
+def _line_breaks(source: str, start: int, end: int) -> int:
+    """How many line breaks (``\\n``, ``\\r\\n``, lone ``\\r``) ``source[start:end]`` holds."""
+    return (
+        source.count("\n", start, end)
+        + source.count("\r", start, end)
+        - source.count("\r\n", start, end)
+    )
+
+
 def parse_ignores(source: str) -> dict[int, frozenset[str] | None]:
     """Line -> codes silenced there by ``# anyaccel: ignore[CODE,...]`` (``None``: all codes)."""
     ignores: dict[int, frozenset[str] | None] = {}
     if "anyaccel:" not in source:
         return ignores
-    for number, line in enumerate(source.splitlines(), start=1):
+    for number, line in enumerate(source_lines(source), start=1):
         match = _IGNORE.search(line)
         if match is None:
             continue
@@ -304,7 +322,7 @@ def trigger_lines(source: str, pattern: re.Pattern[str]) -> list[int]:
     lines: list[int] = []
     line, position = 1, 0
     for match in pattern.finditer(source):
-        line += source.count("\n", position, match.start())
+        line += _line_breaks(source, position, match.start())
         position = match.start()
         if not lines or lines[-1] != line:
             lines.append(line)
@@ -337,7 +355,7 @@ def check_source(source: str, path: str = "<string>") -> list[Finding]:
         visitor.trigger_lines = sorted({*visitor.trigger_lines, *trigger_lines(source, words)})
     visitor.scan(tree.body)
     ignores = parse_ignores(source)
-    lines = source.splitlines()
+    lines = source_lines(source)
     findings = []
     for node, code, name, attr in visitor.found:
         silenced = ignores.get(node.lineno, frozenset())
