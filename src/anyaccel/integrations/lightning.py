@@ -283,6 +283,31 @@ def _accelerator_stream(accelerator: AnyaccelAccelerator) -> AbstractContextMana
     return accelerator.stream(accelerator.Stream())
 
 
+def _ddp_backend(strategy: Any) -> str:
+    """A DDP strategy's process-group backend: the one it was given, else the accelerator's."""
+    given: str | None = strategy._process_group_backend
+    return given or _anyaccel_of(strategy.accelerator).communication_backend_name()
+
+
+def _wrapped_in_ddp(
+    strategy: Any, module: torch.nn.Module, device_ids: list[int] | None
+) -> DistributedDataParallel:
+    """``module`` in DDP, built on a side stream of the accelerator (not torch.cuda's)."""
+    context = (
+        _accelerator_stream(_anyaccel_of(strategy.accelerator))
+        if device_ids is not None
+        else nullcontext()
+    )
+    with context:
+        return DistributedDataParallel(module=module, device_ids=device_ids, **strategy._ddp_kwargs)
+
+
+def _register_ddp(cls: type, strategy_registry: Any) -> None:
+    """Register ``cls`` as ``anyaccel_ddp``, ``anyaccel_ddp_spawn`` and ``anyaccel_ddp_fork``."""
+    for name, start_method in STRATEGY_NAMES.items():
+        _register_once(strategy_registry, name, cls, "strategy", start_method=start_method)
+
+
 def _default_device() -> torch.device:
     accelerator = _default_accelerator()
     return torch.device("cpu") if _is_host(accelerator) else accelerator.device(0)
@@ -573,28 +598,15 @@ def _build(package: str, version: str) -> Flavour:
         strategy_name = "anyaccel_ddp"
 
         def _get_process_group_backend(self) -> str:
-            return (
-                self._process_group_backend
-                or _anyaccel_of(self.accelerator).communication_backend_name()
-            )
+            return _ddp_backend(self)
 
         def _setup_model(self, model: torch.nn.Module) -> DistributedDataParallel:
-            device_ids = self.determine_ddp_device_ids()
-            context = (
-                _accelerator_stream(_anyaccel_of(self.accelerator))
-                if device_ids is not None
-                else nullcontext()
-            )
-            with context:
-                return DistributedDataParallel(
-                    module=model, device_ids=device_ids, **self._ddp_kwargs
-                )
+            return _wrapped_in_ddp(self, model, self.determine_ddp_device_ids())
 
         @classmethod
         def register_strategies(cls, strategy_registry: Any) -> None:
             """Register ``anyaccel_ddp``, ``anyaccel_ddp_spawn`` and ``anyaccel_ddp_fork``."""
-            for name, start_method in STRATEGY_NAMES.items():
-                _register_once(strategy_registry, name, cls, "strategy", start_method=start_method)
+            _register_ddp(cls, strategy_registry)
 
     class AnyFabricSingleDeviceStrategy(FabricSingleDeviceStrategy):
         """Fabric's single-device strategy, rooted on the accelerator's device by default."""
@@ -611,29 +623,16 @@ def _build(package: str, version: str) -> Flavour:
         """Fabric's DDP with anyaccel's process-group backend and streams."""
 
         def _get_process_group_backend(self) -> str:
-            return (
-                self._process_group_backend
-                or _anyaccel_of(self.accelerator).communication_backend_name()
-            )
+            return _ddp_backend(self)
 
         def setup_module(self, module: torch.nn.Module) -> DistributedDataParallel:
             """Wrap ``module`` in DDP, on a side stream of the accelerator (not torch.cuda's)."""
-            device_ids = self._determine_ddp_device_ids()
-            context = (
-                _accelerator_stream(_anyaccel_of(self.accelerator))
-                if device_ids is not None
-                else nullcontext()
-            )
-            with context:
-                return DistributedDataParallel(
-                    module=module, device_ids=device_ids, **self._ddp_kwargs
-                )
+            return _wrapped_in_ddp(self, module, self._determine_ddp_device_ids())
 
         @classmethod
         def register_strategies(cls, strategy_registry: Any) -> None:
             """Register ``anyaccel_ddp``, ``anyaccel_ddp_spawn`` and ``anyaccel_ddp_fork``."""
-            for name, start_method in STRATEGY_NAMES.items():
-                _register_once(strategy_registry, name, cls, "strategy", start_method=start_method)
+            _register_ddp(cls, strategy_registry)
 
     class AnyMixedPrecision(MixedPrecision):
         """The Trainer's AMP plugin on the accelerator's device (its autocast and GradScaler)."""
