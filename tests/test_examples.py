@@ -99,6 +99,11 @@ def moved(real, api):
     return to
 
 torch.autocast, torch.amp.GradScaler, torch.randn = autocast, scaler, randn
+# The simulated runtimes patch torch.cuda's Python side; on a CUDA build of torch without a
+# driver, torch.optim's graph-capture check asks the real runtime through torch.accelerator.
+for check in ("_accelerator_graph_capture_health_check", "_cuda_graph_capture_health_check"):
+    if hasattr(torch.optim.Optimizer, check):
+        setattr(torch.optim.Optimizer, check, lambda self: None)
 torch.manual_seed = torch.default_generator.manual_seed  # simulated torch.cuda: no fork state
 nn.Module.to = moved(real_module_to, "Module.to")
 torch.Tensor.to = moved(real_tensor_to, "Tensor.to")

@@ -112,6 +112,11 @@ class ShmProcessGroup(dist.ProcessGroup):
         )
         # Every method not overridden below dispatches to the group's backend for the device.
         self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self.gloo)
+        # Newer torch asks every group for its default backend (the flight recorder's hook in
+        # init_process_group): it is gloo's, which also serves every method not overridden.
+        set_default = getattr(self, "_set_default_backend", None)
+        if callable(set_default):
+            set_default(dist.ProcessGroup.BackendType.GLOO)
         self.shm = ShmGroup()
         self.shm.timeout = timeout.total_seconds()
         if size > 1:
