@@ -71,7 +71,8 @@ class InstanceDefault(Generic[_T]):
     DeepSpeed's accelerators set ``self._name`` and friends in ``__init__`` and often never call
     ``super().__init__()``: base-class state held in one of these is created when first read
     (from the instance's own names, whenever they were set), and a value the subclass assigns,
-    before or after ``super().__init__()``, is kept.
+    before or after ``super().__init__()``, is kept. A non-data descriptor: once the value is
+    in the instance's ``__dict__``, reads find it there directly (hot calls pay nothing).
     """
 
     def __init__(self, factory: Callable[[Any], _T]) -> None:
@@ -97,9 +98,6 @@ class InstanceDefault(Generic[_T]):
             values[self._attribute] = self._factory(instance)
         value: _T = values[self._attribute]
         return value
-
-    def __set__(self, instance: object, value: _T) -> None:
-        instance.__dict__[self._attribute] = value
 
 
 class Accelerator(abc.ABC):
