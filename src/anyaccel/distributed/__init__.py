@@ -6,13 +6,17 @@
   accelerator's backend;
 - ``devices``: ``assign_visible_devices()`` writes a launcher's per-node device list into an
   environment, and each local rank's device is chosen;
+- ``placement``: ``ddp_device_ids()``/``ddp_output_device()`` give DDP a device on an
+  accelerator and ``None`` on the CPU; ``local_process_count()`` is a node's process count,
+  never 0 (what ``anyaccel port`` writes for ``device_ids=[i]`` and ``torch.cuda.device_count()``);
 - ``binding``: ``bind_cores()`` splits the node's CPU cores among the local ranks, NUMA-aware;
 - ``shm``: ``all_reduce()`` sums CPU tensors through shared memory when every rank shares the
   node, and ``ddp_comm_hook`` puts DDP's gradients through it; the ``torch.distributed``
   backend ``"anyaccel_shm"`` (registered on import) gives every caller of torch the same.
 
 Imports point one way: ``errors`` at the bottom, then ``environment``, then ``devices`` and
-``binding``, then ``process_group``; ``shm`` needs only ``errors`` (and the kernel in ``ops``).
+``binding`` and ``placement``, then ``process_group``; ``shm`` needs only ``errors`` (and the
+kernel in ``ops``).
 ``launch`` and ``allreduce`` are the old module paths, kept as re-exports.
 """
 
@@ -36,6 +40,12 @@ from anyaccel.distributed.environment import (
     launch_info,
 )
 from anyaccel.distributed.errors import CollectiveError, DistributedSetupError
+from anyaccel.distributed.placement import (
+    CPU_PROCESSES_ENV,
+    ddp_device_ids,
+    ddp_output_device,
+    local_process_count,
+)
 from anyaccel.distributed.process_group import BACKEND_REMEDIES, backend_choice, init_distributed
 from anyaccel.distributed.shm import (
     BACKEND_NAME,
@@ -48,6 +58,7 @@ from anyaccel.distributed.shm import (
 __all__ = [
     "BACKEND_NAME",
     "BACKEND_REMEDIES",
+    "CPU_PROCESSES_ENV",
     "DEFAULT_MASTER_PORT",
     "LAUNCHERS",
     "CollectiveError",
@@ -63,9 +74,12 @@ __all__ = [
     "bind_cores",
     "current_binding",
     "ddp_comm_hook",
+    "ddp_device_ids",
+    "ddp_output_device",
     "init_distributed",
     "is_launched",
     "launch_info",
+    "local_process_count",
     "parse_core_list",
     "plan_core_binding",
     "shm_all_reduce_status",
