@@ -35,6 +35,28 @@ FLAGGED = [
     ("d = f'cuda:{rank}'", "ACC040"),
     ("dist.init_process_group(backend='nccl')", "ACC041"),
     ("os.environ['CUDA_VISIBLE_DEVICES'] = '0'", "ACC042"),
+    ("y = x.to(0)", "ACC043"),
+    ("y = x.to(self.gpu_id, non_blocking=True)", "ACC043"),
+    ("y = x.to(device=args.gpu)", "ACC043"),
+    ("d = torch.device(local_rank)", "ACC043"),
+    ("t = torch.zeros(2, device=ddp_local_rank)", "ACC043"),
+    ("y = x.to(int(os.environ['LOCAL_RANK']))", "ACC043"),
+    ("m = DistributedDataParallel(m, device_ids=[rank])", "ACC044"),
+    ("m = torch.nn.parallel.DistributedDataParallel(m, [rank])", "ACC044"),
+    ("m = DistributedDataParallel(m, output_device=dev)", "ACC044"),
+    ("world_size = torch.cuda.device_count()", "ACC045"),
+    ("ngpus_per_node: int = torch.cuda.device_count()", "ACC045"),
+    ("mp.spawn(main, nprocs=torch.cuda.device_count())", "ACC045"),
+    ("self.world_size = torch.accelerator.device_count()", "ACC045"),
+    ("ok = torch.accelerator.is_available()", "ACC050"),
+    ("torch.accelerator.set_device_index(rank)", "ACC050"),
+    ("with torch.accelerator.device_index(0): pass", "ACC050"),
+    ("b = torch.distributed.get_default_backend_for_device(acc)", "ACC051"),
+    ("d = 'cuda:{}'.format(args.gpu)", "ACC040"),
+    ("d = 'cuda:%d' % i", "ACC040"),
+    ("d = 'cuda:%d' % (i,)", "ACC040"),
+    ("d = 'cuda:' + str(i)", "ACC040"),
+    ("s = torch.load(p, map_location='cuda:{}'.format(args.gpu))", "ACC040"),
 ]
 
 
@@ -44,6 +66,42 @@ def test_each_construct_is_found_with_its_code(snippet: str, code: str) -> None:
     assert [f.code for f in findings] == [code]
     assert findings[0].line == 2
     assert could_match(snippet)
+
+
+def test_a_file_that_only_assigns_ints_to_a_name_makes_it_an_index() -> None:
+    source = "device = 0  # shorthand for cuda:0\nmodel.to(device)\n"
+    assert [(f.line, f.code) for f in check_source(source)] == [(2, "ACC043")]
+
+
+def test_a_local_rank_read_makes_its_name_an_index() -> None:
+    source = "import os\nself.my_slot = int(os.environ['LOCAL_RANK'])\ny = x.to(self.my_slot)\n"
+    assert [(f.line, f.code) for f in check_source(source)] == [(3, "ACC043")]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "device = 0\ndevice = 'cpu'\nmodel.to(device)\n",  # not only ints
+        "device = 0\ndef f(device):\n    return model.to(device)\n",  # a parameter may be any
+        "for device in devices:\n    model.to(device)\ndevice = 0\n",
+        "slot = int(os.environ['WORLD_SIZE'])\nmodel.to(slot)\n",  # an int, not a rank
+    ],
+)
+def test_names_bound_to_anything_but_ints_are_not_indexes(source: str) -> None:
+    assert check_source(source) == []
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    ["n = torch.cuda.device_count() if ok else 0", "count = torch.cuda.device_count()"],
+)
+def test_a_device_count_not_used_as_a_process_count_stays_a_contract_call(snippet: str) -> None:
+    assert [f.code for f in check_source(snippet + "\n")] == ["ACC001"]
+
+
+def test_ddp_with_several_devices_is_reported_without_a_one_line_fix() -> None:
+    (finding,) = check_source("m = DistributedDataParallel(m, device_ids=[0, 1])\n")
+    assert finding.code == "ACC044" and "ddp_device_ids(i) per process" in finding.suggestion
 
 
 def test_every_rule_has_a_flagged_example() -> None:
@@ -56,6 +114,18 @@ def test_every_rule_has_a_flagged_example() -> None:
         "y = x.to(get_accelerator().current_device_name())",
         "y = get_accelerator().pin_memory(x)",
         "y = x.pin_memory(device)",  # an argument: not Tensor.pin_memory()
+        "y = x.to(torch.float16)",  # a dtype
+        "y = x.to(other)",  # a tensor, a device: not visible here
+        "y = x.to(device)",  # a device name, most likely a string or torch.device
+        "y = x.to(get_accelerator().device_name(rank))",
+        "y = torch.device(rank, 'x')",  # not one index
+        "m = DistributedDataParallel(m, device_ids=ddp_device_ids(rank))",
+        "m = DistributedDataParallel(m, device_ids=None, output_device=None)",
+        "m = DDP(m, output_device=ddp_output_device(rank))",
+        "s = torch.load(p, map_location={'cuda:%d' % 0: 'cpu'})",  # a saved location: a label
+        "s = 'cuda:{}:{}'.format(a, b)",
+        "s = 'cuda:%d' % {'a': 1}",
+        "s = 'cuda:' + name",
         "name = 'cudart'",
         "'''A docstring that mentions torch.cuda.synchronize() and 'cuda'.'''",
         "# torch.cuda.synchronize()",

@@ -1,7 +1,8 @@
 """``anyaccel check``'s engine: find CUDA-specific code in Python source by parsing it.
 
-Stdlib ``ast`` only, and a file without any trigger word (``cud``, ``nccl``, ``pin_memory``)
-is not even parsed, so a pre-commit run over thousands of files stays fast.
+Stdlib ``ast`` only, and a file without any trigger word (``cud``, ``nccl``, ``pin_memory``,
+``.to(``, ``device_ids``...) is not even parsed, so a pre-commit run over thousands of files
+stays fast.
 """
 
 from __future__ import annotations
@@ -12,24 +13,54 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from anyaccel.porting.rules import CUDA_ALIASES, RULES, portable_cuda_names
+from anyaccel.porting.rules import ACCELERATOR_PORTS, CUDA_ALIASES, RULES, portable_cuda_names
 
 __all__ = [
+    "DEVICE_COUNTS",
+    "INDEX_NAME",
+    "PROCESS_COUNT_KEYWORDS",
+    "PROCESS_COUNT_NAME",
     "TRIGGER",
     "Finding",
     "check_source",
     "classify",
     "could_match",
+    "int_names",
     "is_cuda_guard",
+    "is_index",
     "parse_ignores",
+    "runtime_device_index",
     "trigger_lines",
+    "triggering_imports",
 ]
 
 #: Every rule needs one of these in the source text; a file without them has no finding.
-TRIGGER = re.compile(r"cud|CUD|nccl|pin_memory")
+TRIGGER = re.compile(
+    r"cud|CUD|nccl|pin_memory|\baccelerator\b|default_backend_for_device|device_ids|"
+    r"output_device|\.to\(|device\(|device\s*=|DistributedDataParallel"
+)
 _IGNORE = re.compile(r"#\s*anyaccel:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _DEVICE_STRING = re.compile(r"cuda(?::\d+)?")
+#: ``"cuda:{}".format(i)`` and ``"cuda:%d" % i``: a device string built from one index.
+_FORMAT_TEMPLATE = re.compile(r"cuda:\{0?(?::d)?\}")
+_PERCENT_TEMPLATE = re.compile(r"cuda:%[dis]")
+#: Names that visibly hold a device index (``gpu``, ``args.gpu``, ``self.gpu_id``, ``local_rank``).
+INDEX_NAME = re.compile(
+    r"(?:^|_)(?:rank|gpu|gpu_id|gpu_idx|gpu_index|device_id|device_idx|device_index|"
+    r"device_ordinal)$"
+)
+#: Environment variables whose integer value is a rank (``int(os.environ["LOCAL_RANK"])``).
+_RANK_VARIABLE = re.compile(r"RANK|LOCALID")
+#: Names a device count is a process count under (``world_size = torch.cuda.device_count()``).
+PROCESS_COUNT_NAME = re.compile(
+    r"(?:^|_)(?:world_size|nprocs?|nproc_per_node|ngpus?|ngpus_per_node|n_gpus?|num_gpus|"
+    r"gpus_per_node|gpu_count|num_processes)$"
+)
+#: Keyword arguments that take a process count (``mp.spawn(main, nprocs=...)``).
+PROCESS_COUNT_KEYWORDS = frozenset({"nprocs", "nproc", "nproc_per_node", "world_size"})
+#: The device counts that read as a process count in those places.
+DEVICE_COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
 
 
 class Finding(NamedTuple):
@@ -104,6 +135,15 @@ def classify(qualified: str) -> tuple[str, str] | None:
     for flags in ("torch.backends.cudnn", "torch.backends.cuda"):
         if qualified == flags or qualified.startswith(flags + "."):
             return "ACC020", ""
+    if qualified == "torch.accelerator" or qualified.startswith("torch.accelerator."):
+        member = qualified[len("torch.accelerator.") :].split(".")[0]
+        if member == "current_accelerator":
+            return "ACC050", "torch.device(get_accelerator().device_name())"
+        if member in ACCELERATOR_PORTS:
+            return "ACC050", f"get_accelerator().{ACCELERATOR_PORTS[member]}()"
+        return "ACC050", "port it by hand to get_accelerator()'s contract (docs/porting.md)"
+    if qualified == "torch.distributed.get_default_backend_for_device":
+        return "ACC051", ""
     if qualified == "torch.cuda":
         return "ACC002", ""
     if not qualified.startswith("torch.cuda."):
@@ -129,10 +169,12 @@ _BLOCKS = frozenset({"body", "orelse", "finalbody", "handlers", "cases"})
 class _Visitor(ast.NodeVisitor):
     """Collects findings; statements on lines without a trigger word are never descended into."""
 
-    def __init__(self, trigger_lines: list[int]) -> None:
+    def __init__(self, trigger_lines: list[int], index_names: frozenset[str]) -> None:
         self.trigger_lines = trigger_lines
+        self.index_names = index_names
         self.aliases: dict[str, str] = {}
         self.found: list[tuple[ast.expr, str, str, str]] = []  # node, code, name, attr
+        self.process_counts: set[int] = set()  # ids of device counts used as process counts
 
     def collect_aliases(self, statements: list[ast.stmt]) -> None:
         """Local name -> the dotted name it was imported as (``tc`` -> ``torch.cuda``)."""
@@ -219,8 +261,30 @@ class _Visitor(ast.NodeVisitor):
             return  # a docstring or a bare string: prose, not code
         self.generic_visit(node)
 
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if all(_counts_processes(target) for target in node.targets):
+            self._mark_process_count(node.value)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None and _counts_processes(node.target):
+            self._mark_process_count(node.value)
+        self.generic_visit(node)
+
+    def _mark_process_count(self, value: ast.expr) -> None:
+        if (
+            isinstance(value, ast.Call)
+            and not value.args
+            and not value.keywords
+            and self.qualified_name(value.func) in DEVICE_COUNTS
+        ):
+            self.process_counts.add(id(value.func))
+
     def visit_Attribute(self, node: ast.Attribute) -> None:
         qualified = self.qualified_name(node)
+        if id(node) in self.process_counts:
+            self.found.append((node, "ACC045", f"{qualified}()", ""))
+            return
         if qualified is not None:
             kind = classify(qualified)
             if kind is not None:
@@ -232,18 +296,64 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_Name(self, node: ast.Name) -> None:
         qualified = self.aliases.get(node.id)
-        if qualified is not None and qualified != node.id:
+        if id(node) in self.process_counts:
+            self.found.append((node, "ACC045", f"{qualified}()", ""))
+        elif qualified is not None and qualified != node.id:
             kind = classify(qualified)
             if kind is not None:
                 self.found.append((node, kind[0], qualified, kind[1]))
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
-        if isinstance(func, ast.Attribute):
-            if func.attr == "cuda" and self.qualified_name(func.value) != "torch":
+        qualified = self.qualified_name(func)
+        if isinstance(func, ast.Attribute) and self.qualified_name(func.value) != "torch":
+            if func.attr == "cuda":
                 self.found.append((node, "ACC030", ".cuda()", ""))
             elif func.attr == "pin_memory" and not node.args and not node.keywords:
                 self.found.append((node, "ACC032", ".pin_memory()", ""))
+            elif func.attr == "to":
+                self._index_as_device(node.args[0] if node.args else _keyword(node, "device"))
+            elif func.attr == "format" and runtime_device_index(node) is not None:
+                self.found.append((node, "ACC040", "'cuda:{}'.format(...)", ""))
+        if qualified == "torch.device" and len(node.args) == 1 and not node.keywords:
+            self._index_as_device(node.args[0])
+        elif qualified is not None and qualified.startswith("torch."):
+            self._index_as_device(_keyword(node, "device"))
+        if qualified is not None and qualified.rsplit(".", 1)[-1] == "DistributedDataParallel":
+            self._ddp(node)
+        for keyword in node.keywords:
+            if keyword.arg in PROCESS_COUNT_KEYWORDS:
+                self._mark_process_count(keyword.value)
+        self.generic_visit(node)
+
+    def _index_as_device(self, value: ast.expr | None) -> None:
+        """Report ``value`` if it is visibly an integer index passed where a device goes."""
+        if value is not None and is_index(value, self.index_names):
+            text = ast.unparse(value)
+            self.found.append((value, "ACC043", text, text))
+
+    def _ddp(self, node: ast.Call) -> None:
+        """``device_ids=[i]`` and ``output_device=i`` of a ``DistributedDataParallel(...)``."""
+        ids = node.args[1] if len(node.args) > 1 else _keyword(node, "device_ids")
+        if isinstance(ids, ast.List | ast.Tuple) and ids.elts:
+            (first, *more) = ids.elts
+            if more or isinstance(first, ast.Starred):
+                fix = "one ddp_device_ids(i) per process: a list on an accelerator, None on the CPU"
+            else:
+                fix = f"device_ids=anyaccel.distributed.ddp_device_ids({ast.unparse(first)})"
+            self.found.append((ids, "ACC044", "device_ids", fix))
+        output = node.args[2] if len(node.args) > 2 else _keyword(node, "output_device")
+        if output is None or (isinstance(output, ast.Constant) and output.value is None):
+            return
+        if isinstance(output, ast.Call) and _last_name(output.func) == "ddp_output_device":
+            return
+        fix = f"output_device=anyaccel.distributed.ddp_output_device({ast.unparse(output)})"
+        self.found.append((output, "ACC044", "output_device", fix))
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if runtime_device_index(node) is not None:
+            self.found.append((node, "ACC040", repr(ast.unparse(node)), ""))
+            return
         self.generic_visit(node)
 
     def visit_Dict(self, node: ast.Dict) -> None:
@@ -258,6 +368,10 @@ class _Visitor(ast.NodeVisitor):
         self._visit_label(node.slice)  # state["cuda"] is a label too
 
     def _visit_label(self, node: ast.expr) -> None:
+        if runtime_device_index(node) is not None or (
+            isinstance(node, ast.JoinedStr) and is_cuda_fstring(node)
+        ):
+            return  # {"cuda:%d" % 0: ...}: where a storage was saved, a label too
         if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
             self.visit(node)
         elif node.value == "CUDA_VISIBLE_DEVICES":  # an environment key is what matters here
@@ -279,6 +393,131 @@ class _Visitor(ast.NodeVisitor):
             self.found.append((node, "ACC040", "f'cuda:{...}'", ""))
             return
         self.generic_visit(node)
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    """The value of ``call``'s keyword argument ``name``, if passed."""
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _last_name(node: ast.expr) -> str | None:
+    """``c`` of ``a.b.c``, ``x`` of ``x``; ``None`` for anything else."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return None
+
+
+def _counts_processes(target: ast.expr) -> bool:
+    name = _last_name(target)
+    return name is not None and PROCESS_COUNT_NAME.search(name) is not None
+
+
+def is_index(value: ast.expr, int_names: frozenset[str] = frozenset()) -> bool:
+    """Whether ``value`` visibly is an integer device index (never a dtype, tensor or device).
+
+    An int literal, ``int(...)``, a name like ``gpu``/``args.gpu``/``self.gpu_id``/
+    ``local_rank`` (``INDEX_NAME``), or one of ``int_names`` (only ever assigned integers).
+    """
+    if isinstance(value, ast.Constant):
+        return isinstance(value.value, int) and not isinstance(value.value, bool)
+    if isinstance(value, ast.Call):
+        return isinstance(value.func, ast.Name) and value.func.id == "int"
+    name = _last_name(value)
+    return name is not None and (INDEX_NAME.search(name) is not None or name in int_names)
+
+
+def _int_source(value: ast.expr) -> bool:
+    """An int literal, or ``int(...)`` of a rank variable (``int(os.environ["LOCAL_RANK"])``)."""
+    if isinstance(value, ast.Constant):
+        return isinstance(value.value, int) and not isinstance(value.value, bool)
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id == "int"
+        and len(value.args) == 1
+        and any(
+            isinstance(n, ast.Constant)
+            and isinstance(n.value, str)
+            and _RANK_VARIABLE.search(n.value) is not None
+            for n in ast.walk(value.args[0])
+        )
+    )
+
+
+def int_names(tree: ast.Module) -> frozenset[str]:
+    """Names (and attribute names) that ``tree`` only ever binds to integer device indexes.
+
+    ``device = 0`` or ``self.rank_id = int(os.environ["LOCAL_RANK"])``, with no other
+    binding of that name anywhere in the file and no parameter of that name (a parameter
+    may hold anything).
+    """
+    verdict: dict[str, bool] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            verdict[node.arg] = False
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            value = node.value
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                name = _last_name(target)
+                if name is not None:
+                    is_int = value is not None and _int_source(value)
+                    verdict[name] = verdict.get(name, True) and is_int
+                else:
+                    for inner in ast.walk(target):
+                        if name := _last_name(inner) if isinstance(inner, ast.expr) else None:
+                            verdict[name] = False
+        elif isinstance(node, ast.AugAssign | ast.For | ast.AsyncFor | ast.NamedExpr):
+            for inner in ast.walk(node.target):
+                if name := _last_name(inner) if isinstance(inner, ast.expr) else None:
+                    verdict[name] = False
+    return frozenset(name for name, only_ints in verdict.items() if only_ints)
+
+
+def runtime_device_index(node: ast.expr) -> ast.expr | None:
+    """The index of a CUDA device string built at run time, or ``None``.
+
+    ``"cuda:{}".format(i)``, ``"cuda:%d" % i`` (or ``% (i,)``) and ``"cuda:" + str(i)``.
+    """
+    if isinstance(node, ast.Call):
+        func = node.func
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr == "format"
+            and isinstance(func.value, ast.Constant)
+            and isinstance(func.value.value, str)
+            and _FORMAT_TEMPLATE.fullmatch(func.value.value)
+            and len(node.args) == 1
+            and not isinstance(node.args[0], ast.Starred)
+            and not node.keywords
+        ):
+            return node.args[0]
+        return None
+    if not (
+        isinstance(node, ast.BinOp)
+        and isinstance(node.left, ast.Constant)
+        and isinstance(node.left.value, str)
+    ):
+        return None
+    template, right = node.left.value, node.right
+    if isinstance(node.op, ast.Mod) and _PERCENT_TEMPLATE.fullmatch(template):
+        if isinstance(right, ast.Tuple):
+            one = len(right.elts) == 1 and not isinstance(right.elts[0], ast.Starred)
+            return right.elts[0] if one else None
+        return None if isinstance(right, ast.Dict) else right
+    if (
+        isinstance(node.op, ast.Add)
+        and template == "cuda:"
+        and isinstance(right, ast.Call)
+        and isinstance(right.func, ast.Name)
+        and right.func.id == "str"
+        and len(right.args) == 1
+        and not right.keywords
+    ):
+        return right.args[0]
+    return None
 
 
 def is_cuda_guard(test: ast.expr) -> bool:
@@ -317,6 +556,16 @@ def is_cuda_fstring(node: ast.JoinedStr) -> bool:
     )
 
 
+def triggering_imports(aliases: dict[str, str]) -> list[str]:
+    """Local names of imports a rule looks at: ``torch.cuda`` names and ``DDP``."""
+    return sorted(
+        name
+        for name, target in aliases.items()
+        if name != target
+        and (classify(target) or target.rsplit(".", 1)[-1] == "DistributedDataParallel")
+    )
+
+
 def trigger_lines(source: str, pattern: re.Pattern[str]) -> list[int]:
     """Sorted 1-based numbers of the lines where ``pattern`` matches."""
     lines: list[int] = []
@@ -344,12 +593,10 @@ def check_source(source: str, path: str = "<string>") -> list[Finding]:
     if not could_match(source):
         return []
     tree = ast.parse(source, filename=path)
-    visitor = _Visitor(trigger_lines(source, TRIGGER))
+    visitor = _Visitor(trigger_lines(source, TRIGGER), int_names(tree))
     visitor.collect_aliases(tree.body)
     # Names imported from torch.cuda (``from torch.cuda import synchronize``) trigger too.
-    imported = sorted(
-        {name for name, target in visitor.aliases.items() if classify(target) and name != target}
-    )
+    imported = triggering_imports(visitor.aliases)
     if imported:
         words = re.compile(r"\b(?:" + "|".join(map(re.escape, imported)) + r")\b")
         visitor.trigger_lines = sorted({*visitor.trigger_lines, *trigger_lines(source, words)})

@@ -25,6 +25,7 @@ from anyaccel.porting.checker import (
     classify,
     could_match,
     trigger_lines,
+    triggering_imports,
 )
 from anyaccel.porting.source_text import newline_of
 
@@ -740,9 +741,7 @@ def _ast_aliases(
 def _port_trigger_lines(source: str, aliases: dict[str, str]) -> list[int]:
     """Lines a rewrite may touch: trigger words, and names imported from ``torch.cuda``."""
     lines = trigger_lines(source, TRIGGER)
-    imported = sorted(
-        name for name, target in aliases.items() if classify(target) and name != target
-    )
+    imported = triggering_imports(aliases)
     if imported:
         words = re.compile(r"\b(?:" + "|".join(map(re.escape, imported)) + r")\b")
         lines = sorted({*lines, *trigger_lines(source, words)})

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 __all__ = [
+    "ACCELERATOR_PORTS",
     "CUDA_ALIASES",
     "RULES",
     "Rule",
@@ -134,6 +135,43 @@ RULES: dict[str, Rule] = {
             "get_accelerator().visible_devices_envs() / set_visible_devices_envs(env, ids)",
             False,
         ),
+        Rule(
+            "ACC043",
+            "int-device-ordinal",
+            "the integer {name} is used as a device; without CUDA torch reads it as an "
+            "accelerator that does not exist",
+            "get_accelerator().device_name({attr})",
+            True,
+        ),
+        Rule(
+            "ACC044",
+            "ddp-device-ids",
+            "DistributedDataParallel's {name} names a device; torch refuses one for a CPU module",
+            "{attr}",
+            True,
+        ),
+        Rule(
+            "ACC045",
+            "device-count-as-process-count",
+            "`{name}` counts processes here; it is 0 on a host without that accelerator",
+            "anyaccel.distributed.local_process_count()",
+            True,
+        ),
+        Rule(
+            "ACC050",
+            "torch-accelerator-api",
+            "`{name}` is torch.accelerator's (torch >= 2.6): it finds no accelerator on a "
+            "CPU host and is missing from older torch",
+            "{attr}",
+            True,
+        ),
+        Rule(
+            "ACC051",
+            "default-backend-for-device",
+            "`{name}` picks torch's backend for a device (torch >= 2.6), not the accelerator's",
+            "get_accelerator().communication_backend_name()",
+            True,
+        ),
     )
 }
 
@@ -141,6 +179,17 @@ RULES: dict[str, Rule] = {
 CUDA_ALIASES: dict[str, str] = {
     "nvtx.range_push": "range_push",
     "nvtx.range_pop": "range_pop",
+}
+
+#: ``torch.accelerator`` functions whose meaning the contract has: name -> contract method.
+ACCELERATOR_PORTS: dict[str, str] = {
+    "is_available": "is_available",
+    "device_count": "device_count",
+    "set_device_index": "set_device",
+    "set_device_idx": "set_device",
+    "current_device_index": "current_device",
+    "current_device_idx": "current_device",
+    "synchronize": "synchronize",
 }
 
 #: Contract names that ``torch.cuda`` uses for something else: ``torch.cuda.device`` is a
