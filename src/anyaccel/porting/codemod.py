@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import bisect
 import difflib
+import functools
 import re
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, TypeVar
@@ -19,14 +20,21 @@ from libcst.helpers import get_full_name_for_node
 
 from anyaccel.errors import AnyaccelError
 from anyaccel.porting.checker import (
+    DEVICE_COUNTS,
+    PROCESS_COUNT_KEYWORDS,
+    PROCESS_COUNT_NAME,
     TRIGGER,
     Finding,
     check_source,
     classify,
     could_match,
+    int_names,
+    is_index,
+    runtime_device_index,
     trigger_lines,
     triggering_imports,
 )
+from anyaccel.porting.rules import ACCELERATOR_PORTS
 from anyaccel.porting.source_text import newline_of
 
 __all__ = ["MAX_NESTING", "LineEdit", "PortError", "PortResult", "port_source"]
@@ -42,6 +50,30 @@ _INDEX_NAME = re.compile(r"(?:^|_)(?:rank|gpu|gpu_id|gpu_index|device_id|device_
 _DEVICE_STRING = re.compile(r"cuda(?::(\d+))?")
 #: Codes a whole statement is guarded for when it only configures CUDA.
 _GUARDABLE = frozenset({"ACC002", "ACC012", "ACC020"})
+#: ``torch.accelerator`` functions and the contract method each ports to.
+_ACCELERATOR_CALLS = {
+    f"torch.accelerator.{name}": method for name, method in ACCELERATOR_PORTS.items()
+}
+_CURRENT_ACCELERATOR = "torch.accelerator.current_accelerator"
+#: Where the public helpers the port writes live.
+_HELPERS_MODULE = "anyaccel.distributed"
+
+
+def _as_ast(node: cst.BaseExpression) -> ast.expr | None:
+    """``node`` as a stdlib expression, to ask the checker's predicates about it."""
+    try:
+        return ast.parse(cst.Module([]).code_for_node(node).strip(), mode="eval").body
+    except SyntaxError:  # a multi-line expression outside its brackets
+        try:
+            code = "(" + cst.Module([]).code_for_node(node) + ")"
+            return ast.parse(code, mode="eval").body
+        except SyntaxError:
+            return None
+
+
+def _last_name(node: cst.BaseExpression) -> str | None:
+    name = get_full_name_for_node(node) if isinstance(node, cst.Name | cst.Attribute) else None
+    return None if name is None else name.rsplit(".", 1)[-1]
 
 
 class PortError(AnyaccelError, ValueError):
@@ -166,11 +198,16 @@ def _is_guard(test: cst.BaseExpression) -> bool:
 class _Porter(cst.CSTTransformer):
     """Plans rewrites on the way down (where context is known) and applies them on the way up."""
 
-    def __init__(self, aliases: dict[str, str]) -> None:
+    def __init__(self, aliases: dict[str, str], index_names: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.aliases = aliases
+        self.index_names = index_names
         self.rewrites = 0
         self.used_torch = False
+        self.helpers: set[str] = set()  # names of anyaccel.distributed the port wrote
+        self._process_counts: set[int] = set()  # ids of device counts that count processes
+        self._accelerator_names: set[str] = set()  # names bound to current_accelerator()
+        self._created_guards: set[int] = set()  # ids of the ``if ... == "cuda":`` we wrote
         self.replaced_heads: set[str] = set()  # imported local names we replaced a use of
         self._frozen = 0  # > 0 inside annotations, docstrings, match patterns, CUDA guards
         self._freezes: list[bool] = []
@@ -263,9 +300,29 @@ class _Porter(cst.CSTTransformer):
         return False  # implicit concatenation: not a device string on its own
 
     # ------------------------------------------------------------------ planning
+    def visit_Assign(self, node: cst.Assign) -> None:
+        names = [_last_name(t.target) for t in node.targets]
+        if all(n is not None and PROCESS_COUNT_NAME.search(n) for n in names):
+            self._process_counts.add(id(node.value))
+        if (
+            len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and isinstance(node.value, cst.Call)
+            and self.qualified(node.value.func) == _CURRENT_ACCELERATOR
+        ):
+            self._accelerator_names.add(node.targets[0].target.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        name = _last_name(node.target)
+        if node.value is not None and name is not None and PROCESS_COUNT_NAME.search(name):
+            self._process_counts.add(id(node.value))
+
     def visit_Call(self, node: cst.Call) -> None:
         if self._frozen:
             return
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value in PROCESS_COUNT_KEYWORDS:
+                self._process_counts.add(id(arg.value))
         func = node.func
         if self.qualified(func) == "torch.device" and len(node.args) == 1:
             self._device_positions.add(id(node.args[0].value))
@@ -292,6 +349,9 @@ class _Porter(cst.CSTTransformer):
             return updated_node
         func = original_node.func
         qualified = self.qualified(func)
+        ported = self._port_call(original_node, updated_node, qualified)
+        if ported is not None:
+            return ported
         if qualified == "torch.cuda.current_device" and not original_node.args:
             self.rewrites += 1
             self._note_import(func)
@@ -316,10 +376,146 @@ class _Porter(cst.CSTTransformer):
             receiver = updated_node.func.value
             if func.attr.value == "cuda":
                 return self._to_device(updated_node, receiver)
+            if func.attr.value == "to":
+                return self._index_argument(updated_node, positional=True)
             if func.attr.value == "pin_memory" and not original_node.args:
                 self.rewrites += 1
                 return _accelerator("pin_memory", cst.Arg(receiver))
         return updated_node
+
+    def _port_call(
+        self, original: cst.Call, updated: cst.Call, qualified: str | None
+    ) -> cst.BaseExpression | None:
+        """``original`` rewritten as a whole, or ``None`` when no such rule applies.
+
+        Device counts that count processes, ``torch.accelerator``, DDP's device arguments,
+        integer devices passed to ``torch`` and device strings built with ``.format``.
+        """
+        if (
+            qualified in DEVICE_COUNTS
+            and id(original) in self._process_counts
+            and not original.args
+        ):
+            self.rewrites += 1
+            self._note_import(original.func)
+            self.helpers.add("local_process_count")
+            return cst.Call(func=cst.Name("local_process_count"))
+        if qualified == _CURRENT_ACCELERATOR and not original.args:
+            self.rewrites += 1
+            self.used_torch = True
+            return cst.parse_expression("torch.device(get_accelerator().device_name())")
+        method = _ACCELERATOR_CALLS.get(qualified or "")
+        if method is not None and not any(a.star for a in original.args):
+            if method in ("is_available", "device_count", "current_device") and original.args:
+                return None  # torch's optional device-type argument: left for the user
+            self.rewrites += 1
+            return _accelerator(method, *(_plain(a) for a in updated.args))
+        if qualified == "torch.distributed.get_default_backend_for_device":
+            if len(original.args) == 1 and self._is_current_accelerator(original.args[0].value):
+                self.rewrites += 1
+                return _accelerator("communication_backend_name")
+            return None
+        if qualified is not None and qualified.rsplit(".", 1)[-1] == "DistributedDataParallel":
+            return self._ddp(updated)
+        if qualified is not None and qualified.startswith("torch."):
+            one = qualified == "torch.device" and len(original.args) == 1
+            indexed = self._index_argument(updated, positional=one)
+            if indexed is not updated:
+                return indexed
+        if isinstance(original.func, cst.Attribute) and original.func.attr.value == "format":
+            return self._runtime_string(original, updated)
+        return None
+
+    def _is_current_accelerator(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.Name):
+            return value.value in self._accelerator_names
+        return (
+            isinstance(value, cst.Call)
+            and not value.args
+            and self.qualified(value.func) == _CURRENT_ACCELERATOR
+        )
+
+    def _is_index_node(self, value: cst.BaseExpression) -> bool:
+        tree = _as_ast(value)
+        return tree is not None and is_index(tree, self.index_names)
+
+    def _index_argument(self, call: cst.Call, *, positional: bool) -> cst.Call:
+        """``call`` with its device argument (first or ``device=``) wrapped in ``device_name``."""
+        args = list(call.args)
+        for position, arg in enumerate(args):
+            first = positional and position == 0 and arg.keyword is None and not arg.star
+            if first or (arg.keyword is not None and arg.keyword.value == "device"):
+                if not self._is_index_node(arg.value):
+                    return call
+                self.rewrites += 1
+                value = _accelerator("device_name", cst.Arg(arg.value))
+                args[position] = arg.with_changes(value=value)
+                return call.with_changes(args=args)
+        return call
+
+    def _ddp(self, call: cst.Call) -> cst.Call:
+        """DDP's ``device_ids=[i]`` and ``output_device=x`` through the placement helpers.
+
+        DDP's own arguments (positions 1 and 2, or by keyword); a list of several devices is
+        left to the user.
+        """
+        args = list(call.args)
+        for position, arg in enumerate(args):
+            name = arg.keyword.value if arg.keyword is not None else None
+            if arg.star or (name is None and position not in (1, 2)):
+                continue
+            if name == "device_ids" or (name is None and position == 1):
+                value = arg.value
+                if not isinstance(value, cst.List | cst.Tuple) or len(value.elements) != 1:
+                    continue
+                element = value.elements[0]
+                if isinstance(element, cst.StarredElement):
+                    continue
+                helper, inner = "ddp_device_ids", element.value
+            elif name == "output_device" or (name is None and position == 2):
+                inner = arg.value
+                if (isinstance(inner, cst.Name) and inner.value == "None") or (
+                    isinstance(inner, cst.Call) and _last_name(inner.func) == "ddp_output_device"
+                ):
+                    continue
+                helper = "ddp_output_device"
+            else:
+                continue
+            self.rewrites += 1
+            self.helpers.add(helper)
+            wrapped = cst.Call(func=cst.Name(helper), args=[cst.Arg(inner)])
+            args[position] = arg.with_changes(value=wrapped)
+        return call.with_changes(args=args)
+
+    def _runtime_string(
+        self, original: cst.BaseExpression, updated: cst.BaseExpression
+    ) -> cst.BaseExpression | None:
+        """``"cuda:{}".format(i)``, ``"cuda:%d" % i``, ``"cuda:" + str(i)``: ``device_name(i)``."""
+        tree = _as_ast(original)
+        if tree is None or runtime_device_index(tree) is None:
+            return None
+        index: cst.BaseExpression
+        if isinstance(updated, cst.Call):
+            index = updated.args[0].value
+        elif isinstance(updated, cst.BinaryOperation):
+            right = updated.right
+            if isinstance(right, cst.Tuple):
+                index = right.elements[0].value
+            elif isinstance(right, cst.Call) and isinstance(updated.operator, cst.Add):
+                index = right.args[0].value
+            else:
+                index = right
+        else:  # pragma: no cover - runtime_device_index knows no other form
+            return None
+        self.rewrites += 1
+        return _accelerator("device_name", cst.Arg(index))
+
+    def leave_BinaryOperation(
+        self, original_node: cst.BinaryOperation, updated_node: cst.BinaryOperation
+    ) -> cst.BaseExpression:
+        if self._frozen:
+            return updated_node
+        return self._runtime_string(original_node, updated_node) or updated_node
 
     def _autocast(self, func: cst.BaseExpression, call: cst.Call) -> cst.BaseExpression:
         args = []
@@ -479,11 +675,45 @@ class _Porter(cst.CSTTransformer):
             return updated_node
         self.rewrites += 1
         guard = cst.parse_expression('get_accelerator().device_name() == "cuda"')
-        return cst.If(
+        created = cst.If(
             test=guard,
             body=cst.IndentedBlock(body=[updated_node.with_changes(leading_lines=[])]),
             leading_lines=updated_node.leading_lines,
         )
+        self._created_guards.add(id(created))
+        return created
+
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        return updated_node.with_changes(body=self._merge_guards(updated_node.body))
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        return updated_node.with_changes(body=self._merge_guards(updated_node.body))
+
+    def _merge_guards(self, body: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        """Adjacent statements we guarded (no blank line between) under one ``if``."""
+        merged: list[cst.BaseStatement] = []
+        for statement in body:
+            previous = merged[-1] if merged else None
+            if (
+                isinstance(statement, cst.If)
+                and isinstance(previous, cst.If)
+                and id(statement) in self._created_guards
+                and id(previous) in self._created_guards
+                and all(line.comment is not None for line in statement.leading_lines)
+                and isinstance(previous.body, cst.IndentedBlock)
+                and isinstance(statement.body, cst.IndentedBlock)
+            ):
+                (inner,) = statement.body.body
+                inner = inner.with_changes(leading_lines=statement.leading_lines)
+                body_block = previous.body.with_changes(body=[*previous.body.body, inner])
+                joined = previous.with_changes(body=body_block)
+                self._created_guards.add(id(joined))
+                merged[-1] = joined
+            else:
+                merged.append(statement)
+        return merged
 
     def _configures_cuda(self, statement: cst.BaseSmallStatement) -> bool:
         if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
@@ -522,11 +752,12 @@ def port_source(source: str, path: str = "<string>") -> PortResult:
         return PortResult(path, source, source, 0, [])
     tree = _parse(source, path)
     starts = _line_starts(source)
-    chunks = _chunks(tree, len(starts))
+    aliases, imports = _ast_aliases(tree)
+    chunks = _join_guardable(_chunks(tree, len(starts)), source, starts, aliases)
     config = cst.PartialParserConfig(
         default_indent=_indent_of(source, tree, starts), default_newline=newline_of(source)
     )
-    aliases, imports = _ast_aliases(tree)
+    index_names = int_names(tree)
     triggers = _port_trigger_lines(source, aliases)
     texts = [_span_text(source, starts, chunk.first, chunk.last) for chunk in chunks]
     total = _Totals()
@@ -535,7 +766,7 @@ def port_source(source: str, path: str = "<string>") -> PortResult:
         if not chunk.statements or position == len(triggers) or triggers[position] > chunk.last:
             continue  # nothing here that a rewrite could touch
         _refuse_deep_nesting(chunk.statements, path)
-        porter = _Porter(aliases)
+        porter = _Porter(aliases, index_names)
         ported = _port_chunk(texts[index], config, porter, path, chunk.first)
         if porter.rewrites:
             texts[index] = ported
@@ -574,11 +805,13 @@ class _Totals:
         self.rewrites = 0
         self.used_torch = False
         self.replaced_heads: set[str] = set()
+        self.helpers: set[str] = set()
 
     def add(self, porter: _Porter) -> None:
         self.rewrites += porter.rewrites
         self.used_torch |= porter.used_torch
         self.replaced_heads |= porter.replaced_heads
+        self.helpers |= porter.helpers
 
 
 def _parse(source: str, path: str) -> ast.Module:
@@ -692,6 +925,57 @@ def _chunks(tree: ast.Module, line_count: int) -> list[_Chunk]:
     return chunks
 
 
+def _join_guardable(
+    chunks: list[_Chunk], source: str, starts: list[int], aliases: dict[str, str]
+) -> list[_Chunk]:
+    """Adjacent top-level statements that only configure CUDA in one chunk (one guard)."""
+    joined: list[_Chunk] = []
+    for chunk in chunks:
+        previous = joined[-1] if joined else None
+        if (
+            previous is not None
+            and previous.statements
+            and chunk.statements
+            and all(_configures_cuda(s, aliases) for s in (*previous.statements, *chunk.statements))
+            and not _has_blank_line(_span_text(source, starts, chunk.first, chunk.last))
+        ):
+            joined[-1] = _Chunk(
+                previous.first, chunk.last, (*previous.statements, *chunk.statements)
+            )
+        else:
+            joined.append(chunk)
+    return joined
+
+
+def _has_blank_line(text: str) -> bool:
+    return any(not line.strip() for line in _lines(text))
+
+
+def _configures_cuda(statement: ast.stmt, aliases: dict[str, str]) -> bool:
+    """The stdlib twin of ``_Porter._configures_cuda``: a statement the port guards."""
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        targets = [statement.value.func]
+    elif isinstance(statement, ast.Assign):
+        targets = statement.targets
+    elif isinstance(statement, ast.AugAssign):
+        targets = [statement.target]
+    else:
+        return False
+    for target in targets:
+        parts: list[str] = []
+        node = target
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or not parts:
+            return False
+        parts.append(aliases.get(node.id, node.id))
+        kind = classify(".".join(reversed(parts)))
+        if kind is None or kind[0] not in _GUARDABLE:
+            return False
+    return True
+
+
 def _decorators(statement: ast.stmt) -> list[ast.expr]:
     if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
         return statement.decorator_list
@@ -774,6 +1058,25 @@ def _fix_imports(
     wanted: list[str] = []
     if total.used_torch and aliases.get("torch") != "torch":
         wanted.append("import torch")
+    helpers = sorted(name for name in total.helpers if name not in aliases)
+    if helpers:
+        existing_helpers = next(
+            (
+                index
+                for index, chunk in enumerate(chunks)
+                for statement in chunk.statements
+                if isinstance(statement, ast.ImportFrom)
+                and statement.module == _HELPERS_MODULE
+                and not statement.level
+                and statement.names[0].name != "*"
+            ),
+            None,
+        )
+        if existing_helpers is not None:
+            for name in helpers:
+                edit(existing_helpers, functools.partial(_add_helper, name=name))
+        else:
+            wanted.append(f"from {_HELPERS_MODULE} import {', '.join(helpers)}")
     if "get_accelerator" not in aliases:  # a DeepSpeed-style import of it is kept
         existing = next(
             (
@@ -828,6 +1131,10 @@ def _docstring_only(chunk: _Chunk) -> bool:
 
 def _newline(config: cst.PartialParserConfig) -> str:
     return str(config.default_newline or "\n")
+
+
+def _add_helper(module: cst.Module, name: str) -> cst.Module:
+    return _add_to_existing_from_import(module, _HELPERS_MODULE, name) or module
 
 
 def _add_get_accelerator(module: cst.Module) -> cst.Module:
