@@ -1258,7 +1258,9 @@ def _add_to_existing_from_import(module: cst.Module, source: str, name: str) -> 
             ):
                 names = list(small.names)
                 if not isinstance(names[-1].comma, cst.Comma):
-                    names[-1] = names[-1].with_changes(comma=cst.Comma(cst.SimpleWhitespace(" ")))
+                    names[-1] = names[-1].with_changes(
+                        comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                    )
                 names.append(cst.ImportAlias(cst.Name(name)))
                 body = list(statement.body)
                 body[position] = small.with_changes(names=names)
