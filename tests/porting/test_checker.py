@@ -85,6 +85,9 @@ def test_a_local_rank_read_makes_its_name_an_index() -> None:
         "device = 0\ndef f(device):\n    return model.to(device)\n",  # a parameter may be any
         "for device in devices:\n    model.to(device)\ndevice = 0\n",
         "slot = int(os.environ['WORLD_SIZE'])\nmodel.to(slot)\n",  # an int, not a rank
+        "x.to(device_from_device_id)\n",  # only a part of the name says index: a device
+        "def f(device_id: torch.device | None):\n    return x.to(device_id)\n",  # declared
+        "def f(self):\n    self.local_rank: str = 'a'\n    x.to(self.local_rank)\n",
     ],
 )
 def test_names_bound_to_anything_but_ints_are_not_indexes(source: str) -> None:
@@ -97,6 +100,11 @@ def test_names_bound_to_anything_but_ints_are_not_indexes(source: str) -> None:
 )
 def test_a_device_count_not_used_as_a_process_count_stays_a_contract_call(snippet: str) -> None:
     assert [f.code for f in check_source(snippet + "\n")] == ["ACC001"]
+
+
+def test_a_parameter_declared_int_with_an_index_name_is_an_index() -> None:
+    source = "def f(gpu_id: int | None):\n    return x.to(gpu_id)\n"
+    assert [(f.line, f.code) for f in check_source(source)] == [(2, "ACC043")]
 
 
 def test_ddp_with_several_devices_is_reported_without_a_one_line_fix() -> None:

@@ -18,14 +18,16 @@ from anyaccel.porting.rules import ACCELERATOR_PORTS, CUDA_ALIASES, RULES, porta
 __all__ = [
     "DEVICE_COUNTS",
     "INDEX_NAME",
+    "NO_NAMES",
     "PROCESS_COUNT_KEYWORDS",
     "PROCESS_COUNT_NAME",
     "TRIGGER",
     "Finding",
+    "IndexNames",
     "check_source",
     "classify",
     "could_match",
-    "int_names",
+    "index_names",
     "is_cuda_guard",
     "is_index",
     "parse_ignores",
@@ -47,8 +49,8 @@ _FORMAT_TEMPLATE = re.compile(r"cuda:\{0?(?::d)?\}")
 _PERCENT_TEMPLATE = re.compile(r"cuda:%[dis]")
 #: Names that visibly hold a device index (``gpu``, ``args.gpu``, ``self.gpu_id``, ``local_rank``).
 INDEX_NAME = re.compile(
-    r"(?:^|_)(?:rank|gpu|gpu_id|gpu_idx|gpu_index|device_id|device_idx|device_index|"
-    r"device_ordinal)$"
+    r"(?:ddp_|local_|global_|world_|node_)*rank|(?:local_)?gpu(?:_id|_idx|_index)?|"
+    r"(?:local_)?device_(?:id|idx|index|ordinal)"
 )
 #: Environment variables whose integer value is a rank (``int(os.environ["LOCAL_RANK"])``).
 _RANK_VARIABLE = re.compile(r"RANK|LOCALID")
@@ -61,6 +63,18 @@ PROCESS_COUNT_NAME = re.compile(
 PROCESS_COUNT_KEYWORDS = frozenset({"nprocs", "nproc", "nproc_per_node", "world_size"})
 #: The device counts that read as a process count in those places.
 DEVICE_COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
+
+
+class IndexNames(NamedTuple):
+    """What a file says about its names: bound only to ints, or declared as something else."""
+
+    ints: frozenset[str] = frozenset()
+    #: Annotated without ``int`` (``device_id: torch.device``): never an index, whatever its name.
+    not_ints: frozenset[str] = frozenset()
+
+
+#: A file's ``IndexNames`` when nothing is known about it.
+NO_NAMES = IndexNames()
 
 
 class Finding(NamedTuple):
@@ -169,7 +183,7 @@ _BLOCKS = frozenset({"body", "orelse", "finalbody", "handlers", "cases"})
 class _Visitor(ast.NodeVisitor):
     """Collects findings; statements on lines without a trigger word are never descended into."""
 
-    def __init__(self, trigger_lines: list[int], index_names: frozenset[str]) -> None:
+    def __init__(self, trigger_lines: list[int], index_names: IndexNames) -> None:
         self.trigger_lines = trigger_lines
         self.index_names = index_names
         self.aliases: dict[str, str] = {}
@@ -414,18 +428,21 @@ def _counts_processes(target: ast.expr) -> bool:
     return name is not None and PROCESS_COUNT_NAME.search(name) is not None
 
 
-def is_index(value: ast.expr, int_names: frozenset[str] = frozenset()) -> bool:
+def is_index(value: ast.expr, names: IndexNames = NO_NAMES) -> bool:
     """Whether ``value`` visibly is an integer device index (never a dtype, tensor or device).
 
     An int literal, ``int(...)``, a name like ``gpu``/``args.gpu``/``self.gpu_id``/
-    ``local_rank`` (``INDEX_NAME``), or one of ``int_names`` (only ever assigned integers).
+    ``local_rank`` (the whole last part matches ``INDEX_NAME``) unless the file annotates it
+    as something else, or one of ``names.ints`` (only ever assigned integers).
     """
     if isinstance(value, ast.Constant):
         return isinstance(value.value, int) and not isinstance(value.value, bool)
     if isinstance(value, ast.Call):
         return isinstance(value.func, ast.Name) and value.func.id == "int"
     name = _last_name(value)
-    return name is not None and (INDEX_NAME.search(name) is not None or name in int_names)
+    if name is None or name in names.not_ints:
+        return False
+    return INDEX_NAME.fullmatch(name) is not None or name in names.ints
 
 
 def _int_source(value: ast.expr) -> bool:
@@ -446,15 +463,22 @@ def _int_source(value: ast.expr) -> bool:
     )
 
 
-def int_names(tree: ast.Module) -> frozenset[str]:
-    """Names (and attribute names) that ``tree`` only ever binds to integer device indexes.
+def index_names(tree: ast.Module) -> IndexNames:
+    """Names (and attribute names) ``tree`` only binds to integers, or annotates as non-ints.
 
-    ``device = 0`` or ``self.rank_id = int(os.environ["LOCAL_RANK"])``, with no other
+    Ints: ``device = 0`` or ``self.rank_id = int(os.environ["LOCAL_RANK"])``, with no other
     binding of that name anywhere in the file and no parameter of that name (a parameter
-    may hold anything).
+    may hold anything). Non-ints: a parameter or variable annotated without ``int``
+    (``device_id: torch.device | None``).
     """
     verdict: dict[str, bool] = {}
+    not_ints: set[str] = set()
     for node in ast.walk(tree):
+        annotation = getattr(node, "annotation", None)
+        if isinstance(node, ast.arg | ast.AnnAssign) and annotation is not None:
+            name = node.arg if isinstance(node, ast.arg) else _last_name(node.target)
+            if name is not None and "int" not in ast.unparse(annotation):
+                not_ints.add(name)
         if isinstance(node, ast.arg):
             verdict[node.arg] = False
         elif isinstance(node, ast.Assign | ast.AnnAssign):
@@ -473,7 +497,8 @@ def int_names(tree: ast.Module) -> frozenset[str]:
             for inner in ast.walk(node.target):
                 if name := _last_name(inner) if isinstance(inner, ast.expr) else None:
                     verdict[name] = False
-    return frozenset(name for name, only_ints in verdict.items() if only_ints)
+    ints = frozenset(name for name, only_ints in verdict.items() if only_ints)
+    return IndexNames(ints, frozenset(not_ints))
 
 
 def runtime_device_index(node: ast.expr) -> ast.expr | None:
@@ -593,7 +618,7 @@ def check_source(source: str, path: str = "<string>") -> list[Finding]:
     if not could_match(source):
         return []
     tree = ast.parse(source, filename=path)
-    visitor = _Visitor(trigger_lines(source, TRIGGER), int_names(tree))
+    visitor = _Visitor(trigger_lines(source, TRIGGER), index_names(tree))
     visitor.collect_aliases(tree.body)
     # Names imported from torch.cuda (``from torch.cuda import synchronize``) trigger too.
     imported = triggering_imports(visitor.aliases)

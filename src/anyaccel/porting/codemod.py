@@ -21,14 +21,16 @@ from libcst.helpers import get_full_name_for_node
 from anyaccel.errors import AnyaccelError
 from anyaccel.porting.checker import (
     DEVICE_COUNTS,
+    NO_NAMES,
     PROCESS_COUNT_KEYWORDS,
     PROCESS_COUNT_NAME,
     TRIGGER,
     Finding,
+    IndexNames,
     check_source,
     classify,
     could_match,
-    int_names,
+    index_names,
     is_index,
     runtime_device_index,
     trigger_lines,
@@ -198,7 +200,7 @@ def _is_guard(test: cst.BaseExpression) -> bool:
 class _Porter(cst.CSTTransformer):
     """Plans rewrites on the way down (where context is known) and applies them on the way up."""
 
-    def __init__(self, aliases: dict[str, str], index_names: frozenset[str] = frozenset()) -> None:
+    def __init__(self, aliases: dict[str, str], index_names: IndexNames = NO_NAMES) -> None:
         super().__init__()
         self.aliases = aliases
         self.index_names = index_names
@@ -757,7 +759,7 @@ def port_source(source: str, path: str = "<string>") -> PortResult:
     config = cst.PartialParserConfig(
         default_indent=_indent_of(source, tree, starts), default_newline=newline_of(source)
     )
-    index_names = int_names(tree)
+    names = index_names(tree)
     triggers = _port_trigger_lines(source, aliases)
     texts = [_span_text(source, starts, chunk.first, chunk.last) for chunk in chunks]
     total = _Totals()
@@ -766,7 +768,7 @@ def port_source(source: str, path: str = "<string>") -> PortResult:
         if not chunk.statements or position == len(triggers) or triggers[position] > chunk.last:
             continue  # nothing here that a rewrite could touch
         _refuse_deep_nesting(chunk.statements, path)
-        porter = _Porter(aliases, index_names)
+        porter = _Porter(aliases, names)
         ported = _port_chunk(texts[index], config, porter, path, chunk.first)
         if porter.rewrites:
             texts[index] = ported
