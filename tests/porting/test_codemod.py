@@ -491,3 +491,37 @@ def test_backend_flags_apart_by_a_blank_line_keep_their_own_guards() -> None:
 def test_get_accelerator_joins_an_existing_anyaccel_import_with_a_normal_comma() -> None:
     ported = port_source("from anyaccel import init_distributed\nx.cuda()\n").ported
     assert ported.startswith("from anyaccel import init_distributed, get_accelerator\n")
+
+
+DDP_SNIPPETS = (
+    [before for before, _ in DEVICE_REWRITES]
+    + [before for before, _, _ in HELPER_REWRITES]
+    + [
+        "torch.backends.cudnn.benchmark = True",
+        "torch.backends.cuda.matmul.allow_tf32 = True # tf32",
+        "# a comment",
+        "",
+        "m = DDP(m, device_ids=[0, 1])",
+        "device = 0",
+        "model.to(device)",
+        "y = x.to(dtype)",
+    ]
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(DDP_SNIPPETS), min_size=1, max_size=8))
+def test_any_mix_of_ddp_constructs_ports_idempotently_and_check_agrees(parts: list[str]) -> None:
+    source = "import os, torch\n" + DDP_IMPORT + "\n".join(parts) + "\n"
+    result = port_source(source)
+    ast.parse(result.ported)
+    assert port_source(result.ported).ported == result.ported
+    assert len(check_source(result.ported)) == len(result.left)
+    runs, in_run = 0, False  # flags with only comment lines between share one guard
+    for part in parts:
+        if part.startswith("torch.backends."):
+            runs += not in_run
+            in_run = True
+        elif part != "# a comment":
+            in_run = False
+    assert result.ported.count('if get_accelerator().device_name() == "cuda":') == runs
