@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from anyaccel.backends.cpu import CpuAccelerator
+from anyaccel.backends.mlu import MluAccelerator
 from anyaccel.backends.npu import NpuAccelerator
 from anyaccel.distributed import (
     CPU_PROCESSES_ENV,
@@ -13,7 +14,7 @@ from anyaccel.distributed import (
     ddp_output_device,
     local_process_count,
 )
-from anyaccel.testing.simulated import simulate_npu
+from anyaccel.testing.simulated import simulate_mlu, simulate_npu
 
 LAUNCH_VARIABLES = (
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
@@ -42,6 +43,14 @@ def test_a_vendor_device_gets_the_index_as_given() -> None:
         assert ddp_device_ids(1, npu) == [1]
         assert ddp_output_device(1, npu) == 1
         assert ddp_device_ids("npu:0", npu) == ["npu:0"]
+
+
+def test_a_privateuse1_device_gets_the_index_and_its_count() -> None:
+    with simulate_mlu(device_count=4):
+        mlu = MluAccelerator()
+        assert ddp_device_ids(3, mlu) == [3]
+        assert ddp_output_device(3, mlu) == 3
+        assert local_process_count(mlu) == 4
 
 
 def test_a_vendor_without_devices_is_treated_like_the_cpu() -> None:
