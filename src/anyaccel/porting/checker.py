@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import ast
 import bisect
+import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from anyaccel.porting.rules import ACCELERATOR_PORTS, CUDA_ALIASES, RULES, portable_cuda_names
@@ -38,8 +39,13 @@ __all__ = [
 
 #: Every rule needs one of these in the source text; a file without them has no finding.
 TRIGGER = re.compile(
+    r"(?=[cCnpadoD.])(?:"  # each alternative's first letter: most positions fail at once
     r"cud|CUD|nccl|pin_memory|\baccelerator\b|default_backend_for_device|device_ids|"
-    r"output_device|\.to\(|device\(|device\s*=|DistributedDataParallel"
+    r"output_device|DistributedDataParallel|\.to\("
+    # torch.device(i) and device=i, where i may be an index (is_index decides)
+    r"|\bdevice\(\s*(?:\d|int\(|[A-Za-z_][\w.]*\s*\))"
+    r"|\bdevice\s*=\s*(?:\d|int\(|[\w.]*(?:rank|gpu|gpu_id|gpu_idx|gpu_index|device_id|"
+    r"device_idx|device_index|device_ordinal)\b))"
 )
 _IGNORE = re.compile(r"#\s*anyaccel:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -183,9 +189,9 @@ _BLOCKS = frozenset({"body", "orelse", "finalbody", "handlers", "cases"})
 class _Visitor(ast.NodeVisitor):
     """Collects findings; statements on lines without a trigger word are never descended into."""
 
-    def __init__(self, trigger_lines: list[int], index_names: IndexNames) -> None:
+    def __init__(self, trigger_lines: list[int], tree: ast.Module) -> None:
         self.trigger_lines = trigger_lines
-        self.index_names = index_names
+        self.tree = tree
         self.aliases: dict[str, str] = {}
         self.found: list[tuple[ast.expr, str, str, str]] = []  # node, code, name, attr
         self.process_counts: set[int] = set()  # ids of device counts used as process counts
@@ -342,9 +348,17 @@ class _Visitor(ast.NodeVisitor):
 
     def _index_as_device(self, value: ast.expr | None) -> None:
         """Report ``value`` if it is visibly an integer index passed where a device goes."""
-        if value is not None and is_index(value, self.index_names):
+        if value is None or isinstance(value, ast.Constant | ast.Call):
+            found = value is not None and is_index(value)
+        else:  # a name: what the file binds it to decides (read once, when first needed)
+            found = _last_name(value) is not None and is_index(value, self.index_names)
+        if found and value is not None:
             text = ast.unparse(value)
             self.found.append((value, "ACC043", text, text))
+
+    @functools.cached_property
+    def index_names(self) -> IndexNames:
+        return index_names(self.tree)
 
     def _ddp(self, node: ast.Call) -> None:
         """``device_ids=[i]`` and ``output_device=i`` of a ``DistributedDataParallel(...)``."""
@@ -463,40 +477,83 @@ def _int_source(value: ast.expr) -> bool:
     )
 
 
+def _mentions_int(annotation: ast.expr) -> bool:
+    """Whether an annotation names ``int`` (``int``, ``int | None``, ``"Optional[int]"``)."""
+    for node in ast.walk(annotation):
+        if isinstance(node, ast.Name) and node.id == "int":
+            return True
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "int" in node.value:
+            return True
+    return False
+
+
+def _statements(tree: ast.Module) -> Iterator[ast.stmt]:
+    """Every statement of ``tree``, nested blocks included (expressions are not descended)."""
+    stack: list[ast.stmt] = list(tree.body)
+    while stack:
+        statement = stack.pop()
+        yield statement
+        for field in _BLOCKS:
+            for item in getattr(statement, field, None) or ():
+                if isinstance(item, ast.stmt):
+                    stack.append(item)
+                else:  # an except handler or a match case
+                    stack.extend(item.body)
+
+
+def _parameters(arguments: ast.arguments) -> list[ast.arg]:
+    return [
+        *arguments.posonlyargs,
+        *arguments.args,
+        *arguments.kwonlyargs,
+        *(a for a in (arguments.vararg, arguments.kwarg) if a is not None),
+    ]
+
+
 def index_names(tree: ast.Module) -> IndexNames:
     """Names (and attribute names) ``tree`` only binds to integers, or annotates as non-ints.
 
     Ints: ``device = 0`` or ``self.rank_id = int(os.environ["LOCAL_RANK"])``, with no other
-    binding of that name anywhere in the file and no parameter of that name (a parameter
+    binding of that name in the file's statements and no parameter of that name (a parameter
     may hold anything). Non-ints: a parameter or variable annotated without ``int``
-    (``device_id: torch.device | None``).
+    (``device_id: torch.device | None``). Statements are read, not expressions: a lambda's
+    parameters and names bound inside comprehensions or by ``:=`` are not seen.
     """
     verdict: dict[str, bool] = {}
     not_ints: set[str] = set()
-    for node in ast.walk(tree):
-        annotation = getattr(node, "annotation", None)
-        if isinstance(node, ast.arg | ast.AnnAssign) and annotation is not None:
-            name = node.arg if isinstance(node, ast.arg) else _last_name(node.target)
-            if name is not None and "int" not in ast.unparse(annotation):
-                not_ints.add(name)
-        if isinstance(node, ast.arg):
-            verdict[node.arg] = False
+
+    def rebound(target: ast.expr) -> None:
+        for inner in ast.walk(target):
+            if isinstance(inner, ast.expr) and (name := _last_name(inner)) is not None:
+                verdict[name] = False
+
+    for node in _statements(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for parameter in _parameters(node.args):
+                verdict[parameter.arg] = False
+                annotation = parameter.annotation
+                if annotation is not None and not _mentions_int(annotation):
+                    not_ints.add(parameter.arg)
         elif isinstance(node, ast.Assign | ast.AnnAssign):
             value = node.value
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if isinstance(node, ast.AnnAssign) and not _mentions_int(node.annotation):
+                name = _last_name(node.target)
+                if name is not None:
+                    not_ints.add(name)
             for target in targets:
                 name = _last_name(target)
-                if name is not None:
+                if name is None:
+                    rebound(target)
+                else:
                     is_int = value is not None and _int_source(value)
                     verdict[name] = verdict.get(name, True) and is_int
-                else:
-                    for inner in ast.walk(target):
-                        if name := _last_name(inner) if isinstance(inner, ast.expr) else None:
-                            verdict[name] = False
-        elif isinstance(node, ast.AugAssign | ast.For | ast.AsyncFor | ast.NamedExpr):
-            for inner in ast.walk(node.target):
-                if name := _last_name(inner) if isinstance(inner, ast.expr) else None:
-                    verdict[name] = False
+        elif isinstance(node, ast.AugAssign | ast.For | ast.AsyncFor):
+            rebound(node.target)
+        elif isinstance(node, ast.With | ast.AsyncWith):
+            for item in node.items:
+                if item.optional_vars is not None:
+                    rebound(item.optional_vars)
     ints = frozenset(name for name, only_ints in verdict.items() if only_ints)
     return IndexNames(ints, frozenset(not_ints))
 
@@ -618,7 +675,7 @@ def check_source(source: str, path: str = "<string>") -> list[Finding]:
     if not could_match(source):
         return []
     tree = ast.parse(source, filename=path)
-    visitor = _Visitor(trigger_lines(source, TRIGGER), index_names(tree))
+    visitor = _Visitor(trigger_lines(source, TRIGGER), tree)
     visitor.collect_aliases(tree.body)
     # Names imported from torch.cuda (``from torch.cuda import synchronize``) trigger too.
     imported = triggering_imports(visitor.aliases)

@@ -200,10 +200,12 @@ def _is_guard(test: cst.BaseExpression) -> bool:
 class _Porter(cst.CSTTransformer):
     """Plans rewrites on the way down (where context is known) and applies them on the way up."""
 
-    def __init__(self, aliases: dict[str, str], index_names: IndexNames = NO_NAMES) -> None:
+    def __init__(
+        self, aliases: dict[str, str], index_names: Callable[[], IndexNames] = lambda: NO_NAMES
+    ) -> None:
         super().__init__()
         self.aliases = aliases
-        self.index_names = index_names
+        self.index_names = index_names  # the file's, read when a name's kind is first needed
         self.rewrites = 0
         self.used_torch = False
         self.helpers: set[str] = set()  # names of anyaccel.distributed the port wrote
@@ -439,7 +441,11 @@ class _Porter(cst.CSTTransformer):
 
     def _is_index_node(self, value: cst.BaseExpression) -> bool:
         tree = _as_ast(value)
-        return tree is not None and is_index(tree, self.index_names)
+        if tree is None:
+            return False
+        if isinstance(tree, ast.Constant | ast.Call):
+            return is_index(tree)
+        return is_index(tree, self.index_names())
 
     def _index_argument(self, call: cst.Call, *, positional: bool) -> cst.Call:
         """``call`` with its device argument (first or ``device=``) wrapped in ``device_name``."""
@@ -759,7 +765,7 @@ def port_source(source: str, path: str = "<string>") -> PortResult:
     config = cst.PartialParserConfig(
         default_indent=_indent_of(source, tree, starts), default_newline=newline_of(source)
     )
-    names = index_names(tree)
+    names = functools.cache(lambda: index_names(tree))
     triggers = _port_trigger_lines(source, aliases)
     texts = [_span_text(source, starts, chunk.first, chunk.last) for chunk in chunks]
     total = _Totals()
