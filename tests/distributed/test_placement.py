@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from anyaccel.backends.cpu import CpuAccelerator
@@ -120,3 +124,36 @@ def test_a_bad_process_count_names_the_variable_and_value(
     monkeypatch.setenv(CPU_PROCESSES_ENV, bad)
     with pytest.raises(DistributedSetupError, match=rf"{CPU_PROCESSES_ENV}={bad!r}"):
         local_process_count(CpuAccelerator())
+
+
+DDP_SCRIPT = """
+import os, sys, tempfile
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from anyaccel.distributed import ddp_device_ids, ddp_output_device, local_process_count
+
+store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
+dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+model = torch.nn.Linear(4, 2)
+try:
+    DDP(model, device_ids=[0], output_device=0)
+except Exception as error:  # what the unported script meets on the CPU
+    print("unported:", type(error).__name__)
+ddp = DDP(model, device_ids=ddp_device_ids(0), output_device=ddp_output_device(0))
+ddp(torch.randn(3, 4)).sum().backward()
+print("ported: trained", local_process_count())
+dist.destroy_process_group()
+"""
+
+
+def test_ddp_takes_the_helpers_arguments_on_the_cpu_in_a_real_process() -> None:
+    """A real gloo group and torch's DDP: the helpers' values are what DDP accepts on the CPU."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
+    done = subprocess.run(
+        [sys.executable, "-c", DDP_SCRIPT],
+        capture_output=True, text=True, timeout=120,
+        env={**env, "DS_ACCELERATOR": "cpu", CPU_PROCESSES_ENV: "3"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["unported: ValueError", "ported: trained 3"]
