@@ -134,6 +134,8 @@ def test_every_rule_has_a_flagged_example() -> None:
         "s = 'cuda:{}:{}'.format(a, b)",
         "s = 'cuda:%d' % {'a': 1}",
         "s = 'cuda:' + name",
+        "model = accelerator.prepare(model); y = x.to(accelerator.device)",  # HF accelerate
+        "n = accelerator.num_processes",
         "name = 'cudart'",
         "'''A docstring that mentions torch.cuda.synchronize() and 'cuda'.'''",
         "# torch.cuda.synchronize()",
