@@ -29,8 +29,7 @@ def _import_device_module(
     if not module_name:
         raise AcceleratorError(
             f"{owner.__qualname__} names no device module: set _name (e.g. self._name = 'zpu' "
-            "in __init__) or the class attribute device_module_name before the accelerator is "
-            "used"
+            "in __init__) or the class attribute device_module_name"
         )
     if runtime_package:
         importlib.import_module(runtime_package)
@@ -69,9 +68,9 @@ class TorchModuleAccelerator(Accelerator):
     def __init__(self, device_module: ModuleType | Any | None = None) -> None:
         if device_module is not None:
             self._module = device_module
-        elif self.device_module_name or self._name:
-            self._settle()  # the name is known: a missing runtime is an error now
-        # else: a subclass sets self._name after super().__init__(); loaded on first use
+        # else: loaded when __init__ returns (from the names set by then; a subclass may set
+        # self._name after super().__init__(), and a missing runtime is an error when its
+        # __init__ is over)
 
     def _load_device_module(self) -> Any:
         """The device module named by this instance (``device_module_name``, else ``_name``).
@@ -82,12 +81,11 @@ class TorchModuleAccelerator(Accelerator):
             self.device_module_name or self._name, self.runtime_package, self._name, type(self)
         )
 
-    #: The device module, loaded on first use when ``__init__`` was not given one.
-    _module: InstanceDefault[Any] = InstanceDefault(lambda self: self._load_device_module())
-
-    def _settle(self) -> None:
-        """Load the device module now (it names the module and package if it is missing)."""
-        self._module  # noqa: B018 - reading it loads it
+    #: The device module, loaded after construction unless ``__init__`` was given one; each
+    #: process loads its own (an unpickled accelerator finds the module by name).
+    _module: InstanceDefault[Any] = InstanceDefault(
+        lambda self: self._load_device_module(), per_process=True
+    )
 
     @classmethod
     def load_device_module(cls) -> Any:
