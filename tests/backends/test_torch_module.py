@@ -65,13 +65,16 @@ def test_a_missing_module_is_named_from_the_instance() -> None:
     assert "torch. " not in message and "''" not in message
 
 
-def test_no_name_at_all_says_what_to_set_when_it_is_made() -> None:
+def test_no_name_at_all_says_what_to_set() -> None:
     class Nameless(TorchModuleAccelerator):
         def __init__(self) -> None:
             pass
 
+    acc = Nameless()
     with pytest.raises(AcceleratorError, match=r"Nameless names no device module: set _name"):
-        Nameless()
+        acc.device_count()
+    with pytest.raises(AcceleratorError, match=r"Nameless names no device module: set _name"):
+        acc._settle()  # at hand-over
 
 
 def test_a_backend_holding_its_device_module_pickles_and_finds_the_module_again() -> None:
