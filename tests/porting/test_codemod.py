@@ -259,3 +259,13 @@ def test_an_is_cuda_method_call_is_left_for_the_user() -> None:
     """``meta.is_cuda()`` is some object's method (torch's inductor has one), not the property."""
     result = port_source("import torch\nif meta.is_cuda():\n    pass\n")
     assert not result.changed and [f.code for f in result.left] == ["ACC031"]
+
+
+def test_a_file_with_classic_mac_line_ends_ports_and_keeps_them() -> None:
+    source = "import torch\rx = torch.zeros(3).cuda()\rif True:\r    pass\r"
+    result = port_source(source, "cr.py")
+    assert result.rewrites == 1 and result.original == source
+    assert "\n" not in result.ported and result.ported.endswith("    pass\r")
+    assert "x = torch.zeros(3).to(get_accelerator().current_device_name())\r" in result.ported
+    assert ast.parse(result.ported) is not None
+    assert "+x = torch.zeros(3).to(" in result.diff()
