@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -353,8 +354,10 @@ print(json.dumps(result))
 
 
 @pytest.mark.skipif(
-    sys.version_info < (3, 11) or sys.implementation.name != "cpython",
-    reason="attribute reads are specialised from CPython 3.11",
+    sys.version_info < (3, 11)
+    or sys.implementation.name != "cpython"
+    or bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+    reason="attribute reads are specialised from CPython 3.11 (with the GIL)",
 )
 def test_hot_reads_of_base_state_are_specialised() -> None:
     # No timing: the interpreter's own record of how it runs the read. A descriptor on the
