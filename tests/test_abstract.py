@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+import json
+import os
 import re
+import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -10,10 +16,12 @@ import torch
 
 import anyaccel
 from anyaccel import Accelerator, DeepSpeedAccelerator
+from anyaccel.abstract import InstanceDefault
 from anyaccel.detection import OPTIONAL_MEMBERS, REQUIRED_MEMBERS
 from anyaccel.errors import UnsupportedFeatureError
 
 CONTRACT = Path(__file__).resolve().parents[2] / "shared" / "CONTRACT.md"
+SOURCE = Path(anyaccel.__file__).resolve().parents[1]
 
 
 class Minimal(Accelerator):
@@ -243,3 +251,129 @@ def test_memory_measure_names_what_memory_allocated_counts() -> None:
     assert CpuAccelerator().memory_measure() == "process resident memory"
     with simulate_cuda(device_count=1):
         assert CudaAccelerator().memory_measure() == "tensor memory"
+
+
+# ---------------------------------------------------------------------- declared base state
+_BACKEND_CLASSES = [
+    ("anyaccel.backends.cpu", "CpuAccelerator"),
+    ("anyaccel.backends.cuda", "CudaAccelerator"),
+    ("anyaccel.backends.xpu", "XpuAccelerator"),
+    ("anyaccel.backends.supa", "SupaAccelerator"),
+    ("anyaccel.backends.npu", "NpuAccelerator"),
+]
+
+
+@pytest.mark.parametrize(("module", "name"), _BACKEND_CLASSES, ids=[n for _, n in _BACKEND_CLASSES])
+def test_no_class_keeps_a_declared_default_as_a_class_attribute(module: str, name: str) -> None:
+    # A class-level descriptor stops CPython specialising reads of the attribute (issue 29).
+    cls = getattr(importlib.import_module(module), name)
+    for klass in cls.__mro__:
+        leftovers = [k for k, v in vars(klass).items() if isinstance(v, InstanceDefault)]
+        assert leftovers == [], f"{klass.__qualname__} keeps {leftovers}"
+
+
+class _Declared(Minimal):
+    """No ``__init__`` of its own: the inherited one still completes the declared state."""
+
+    made: InstanceDefault[str] = InstanceDefault(lambda self: f"made for {self._name}")
+
+
+class _NamedLate(_Declared):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen_in_init = self.made
+        self._name = "late"
+
+
+def test_declared_state_is_made_when_construction_is_over() -> None:
+    assert _Declared().made == "made for minimal"
+    late = _NamedLate()
+    # Made when the inner __init__ returned (readable in the subclass's __init__), from the
+    # names set by then; a later assignment of the name does not remake it.
+    assert late.seen_in_init == "made for minimal" and late.made == "made for minimal"
+
+
+def test_a_value_the_subclass_assigns_is_kept_even_if_it_equals_an_inherited_class_value() -> None:
+    class Explicit(Minimal):
+        _communication_backend_name: InstanceDefault[str] = InstanceDefault(lambda self: "nccl")
+
+        def __init__(self) -> None:
+            self._communication_backend_name = "gloo"  # the same as Accelerator's class value
+            super().__init__()
+
+    assert Explicit().communication_backend_name() == "gloo"
+    assert _declared_backend().communication_backend_name() == "nccl"
+
+
+def _declared_backend() -> Accelerator:
+    class Declared(Minimal):
+        _communication_backend_name: InstanceDefault[str] = InstanceDefault(lambda self: "nccl")
+
+    return Declared()
+
+
+def test_an_object_made_with_new_alone_gets_its_state_when_settled() -> None:
+    bare = _Declared.__new__(_Declared)
+    with pytest.raises(AttributeError):
+        bare.made  # noqa: B018 - no __init__ ran and nothing was handed over yet
+    bare._settle()
+    assert bare.made == "made for minimal"
+
+
+def test_an_instance_default_outside_an_accelerator_is_refused() -> None:
+    with pytest.raises(Exception) as caught:
+
+        class NotAnAccelerator:
+            value: InstanceDefault[int] = InstanceDefault(lambda self: 1)
+
+    text = f"{caught.value} {caught.value.__cause__}"
+    assert "NotAnAccelerator.value" in text and "only an anyaccel.Accelerator subclass" in text
+
+
+_SPECIALISED_READ = """
+import dis, json, sys, warnings
+warnings.simplefilter("ignore")
+from anyaccel.backends.cpu import CpuAccelerator
+from anyaccel.backends.torch_module import TorchModuleAccelerator
+import torch, types
+
+class Fast(TorchModuleAccelerator):
+    _name = "fast"
+
+module = types.SimpleNamespace(device_count=torch.cpu.device_count)
+result = {}
+for acc, attribute in ((CpuAccelerator(), "_device_count"), (Fast(module), "_module")):
+    for _ in range(2000):
+        acc.device_count()
+    result[attribute] = [
+        i.opname for i in dis.get_instructions(type(acc).device_count, adaptive=True)
+        if i.argval == attribute
+    ]
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.skipif(
+    sys.version_info < (3, 11)
+    or sys.implementation.name != "cpython"
+    or bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+    reason="attribute reads are specialised from CPython 3.11 (with the GIL)",
+)
+def test_hot_reads_of_base_state_are_specialised() -> None:
+    # No timing: the interpreter's own record of how it runs the read. A descriptor on the
+    # class, or a __dict__ sharing the inline values (CPython 3.11/3.12), leaves it generic.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(SOURCE), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-c", _SPECIALISED_READ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    opnames = json.loads(done.stdout.strip().splitlines()[-1])
+    for attribute, names in opnames.items():
+        assert names and all(
+            name in ("LOAD_ATTR_INSTANCE_VALUE", "LOAD_ATTR_WITH_HINT") for name in names
+        ), (attribute, names)

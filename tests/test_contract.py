@@ -6,6 +6,7 @@ import inspect
 
 import pytest
 
+import anyaccel
 from anyaccel import contract
 from anyaccel.abstract import Accelerator
 from anyaccel.backends.cpu import CpuAccelerator
@@ -95,3 +96,34 @@ def test_a_subclass_is_not_signature_checked() -> None:
         device_count = 4  # type: ignore[assignment]
 
     assert contract.validated(Odd()).device_count == 4
+
+
+@pytest.mark.parametrize(
+    ("name", "suggestion"),
+    [
+        ("  ", "dev"),
+        ("Toy HW", "toy_hw"),
+        ("toy hw", "toy_hw"),
+        ("cuda:0", "cuda_0"),
+        ("2x", "dev_2x"),
+    ],
+)
+def test_a_name_that_is_no_device_type_is_refused_with_a_usable_one(
+    name: str, suggestion: str
+) -> None:
+    accelerator = CpuAccelerator()
+    accelerator._name = name
+    with pytest.raises(InvalidAcceleratorError) as caught:
+        contract.validated(accelerator)
+    message = str(caught.value)
+    assert f"_name is {name!r}, which is not a device-type name" in message
+    assert f"(e.g. {suggestion!r})" in message
+    with pytest.raises(InvalidAcceleratorError, match="not a device-type name"):
+        anyaccel.set_accelerator(accelerator)  # the same check, the same place
+
+
+@pytest.mark.parametrize("name", ["cuda", "toy_hw", "toy-hw", "xpu.external", "x86"])
+def test_device_type_names_are_accepted(name: str) -> None:
+    accelerator = CpuAccelerator()
+    accelerator._name = name
+    assert contract.validated(accelerator) is accelerator

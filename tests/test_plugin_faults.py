@@ -412,3 +412,14 @@ def test_report_shows_a_raising_method_as_an_error_not_a_traceback(site: Path) -
     data = json.loads(_report(site, "--json").stdout)
     assert data["accelerator"]["total_memory"] == {"error": "RuntimeError: firmware went away"}
     assert data["accelerator"]["name"] == "board"
+
+
+@pytest.mark.parametrize("name", ["  ", "Toy HW"])
+def test_plugin_whose_name_is_no_device_type_is_refused_with_the_fix(site: Path, name: str) -> None:
+    install(site, "pass", name=name, entry="toyhw")
+    result = detect(site)
+    assert result["name"] == "cpu" and result["class"] == "CpuAccelerator"
+    rows = [row for row in result["plugins"] if row[0] == "toyhw"]
+    assert rows and rows[0][1] == "broken", result["plugins"]
+    assert f"_name is {name!r}, which is not a device-type name" in rows[0][2]
+    assert any("PluginWarning" in w and "not a device-type name" in w for w in result["warnings"])

@@ -9,12 +9,14 @@ anyaccel added since (:data:`ANYACCEL_ADDITIONS`) are bound from the ABC's defau
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Any
 
 from anyaccel.abstract import Accelerator
 from anyaccel.errors import InvalidAcceleratorError
 
 __all__ = [
+    "ACCELERATOR_NAME",
     "ANYACCEL_ADDITIONS",
     "CONTRACT_MEMBERS",
     "OPTIONAL_MEMBERS",
@@ -133,6 +135,18 @@ def signature_problems(candidate: object) -> list[str]:
     return problems
 
 
+#: What an accelerator's ``_name`` and a plugin's entry-point name may be: a token that
+#: ``DS_ACCELERATOR`` holds and a shell passes unquoted, such as ``'cuda'`` or ``'toy_hw'``
+#: (torch's device types are the ones without ``.`` and ``-``).
+ACCELERATOR_NAME = re.compile(r"[a-z][a-z0-9_.\-]*")
+
+
+def _suggested_name(name: str) -> str:
+    """``name`` made a usable accelerator name, for the error message ('Toy HW' -> 'toy_hw')."""
+    token = re.sub(r"[^a-z0-9_]+", "_", name.strip().lower()).strip("_")
+    return token if token[:1].isalpha() else f"dev_{token}".rstrip("_")
+
+
 def validated(candidate: object, *, check_signatures: bool = True) -> Accelerator:
     """``candidate`` as an accelerator, or ``InvalidAcceleratorError`` naming what is wrong.
 
@@ -159,6 +173,12 @@ def validated(candidate: object, *, check_signatures: bool = True) -> Accelerato
         raise InvalidAcceleratorError(
             f"{type(candidate).__qualname__}._name is {name!r}; an accelerator needs a non-empty "
             "string name such as 'cuda' (set it as a class attribute or in __init__)"
+        )
+    if not ACCELERATOR_NAME.fullmatch(name):
+        raise InvalidAcceleratorError(
+            f"{type(candidate).__qualname__}._name is {name!r}, which is not a device-type name: "
+            "use lowercase letters, digits, '_', '.' or '-', starting with a letter, as "
+            f"DS_ACCELERATOR values are (e.g. {_suggested_name(name)!r})"
         )
     if not isinstance(candidate, Accelerator):
         problems = signature_problems(candidate) if check_signatures else []

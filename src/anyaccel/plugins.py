@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, cast
 
 from anyaccel.abstract import Accelerator
+from anyaccel.contract import ACCELERATOR_NAME
 from anyaccel.errors import AcceleratorError, AnyaccelWarning
 from anyaccel.guard import probe_timeout, run_guarded
 from anyaccel.probe import (
@@ -79,7 +80,7 @@ DEEPSPEED_ENTRY_POINT_GROUP = "anyaccel.deepspeed_accelerators"
 #: Where a plugin that declares no ``detection_priority`` joins the cascade.
 DEFAULT_PRIORITY = "before:cuda"
 
-_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_.\-]*")
+_NAME_PATTERN = ACCELERATOR_NAME  # an entry point's name is the accelerator's
 
 
 class PluginError(AcceleratorError):

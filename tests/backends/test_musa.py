@@ -18,7 +18,7 @@ def runtime() -> Iterator[SimulatedDeviceModule]:
         yield module
 
 
-@pytest.mark.parametrize("case", cases(None), ids=str)
+@pytest.mark.parametrize("case", cases("MUSAGraph"), ids=str)
 def test_contract_method_reaches_torch_musa(runtime: SimulatedDeviceModule, case: Case) -> None:
     check_case(MusaAccelerator(), runtime, case)
 
@@ -44,3 +44,16 @@ def test_probe_without_devices_says_no_device() -> None:
 
 def test_probe_without_the_package_says_not_installed() -> None:
     assert musa.probe().kind == "not_installed"
+
+
+def test_graphs_are_musa_graphs_captured_with_torch_musa_graph(
+    runtime: SimulatedDeviceModule,
+) -> None:
+    acc = MusaAccelerator()
+    graph = acc.create_graph()
+    assert "MUSAGraph" in runtime.calls
+    with acc.capture_to_graph(graph):
+        pass
+    assert "graph" in runtime.calls and graph.captured is True
+    acc.replay_graph(graph)
+    assert graph.replays == 1

@@ -47,12 +47,32 @@ def test_register_host_memory_maps_through_npurt(torch_npu: SimulatedDeviceModul
     assert acc.unregister_host_memory(4096 * 3) is False
 
 
-def test_range_push_and_pop_use_mstx(torch_npu: SimulatedDeviceModule) -> None:
+def test_range_push_and_pop_use_mstx_range_start_and_end(torch_npu: SimulatedDeviceModule) -> None:
     acc = NpuAccelerator()
-    acc.range_push("forward")
-    assert torch_npu.mstx.stack == ["forward"]
-    acc.range_pop()
-    assert torch_npu.mstx.stack == []
+    outer = acc.range_push("forward")
+    inner = acc.range_push("attention")
+    assert torch_npu.mstx.open == {outer: "forward", inner: "attention"}
+    assert acc.range_pop() == inner and torch_npu.mstx.closed == ["attention"]
+    assert acc.range_pop() == outer and torch_npu.mstx.closed == ["attention", "forward"]
+    assert torch_npu.mstx.open == {} and acc.range_pop() is None  # nothing left to close
+
+
+def test_a_range_mstx_refuses_is_not_closed(torch_npu: SimulatedDeviceModule) -> None:
+    acc = NpuAccelerator()
+    with pytest.warns(UserWarning, match="non-empty message"):
+        assert acc.range_push("") == 0
+    assert acc.range_pop() == 0 and torch_npu.mstx.closed == []
+
+
+def test_the_simulated_mstx_is_torch_npus_api(torch_npu: SimulatedDeviceModule) -> None:
+    mstx = torch_npu.mstx
+    assert not hasattr(mstx, "range_push") and not hasattr(mstx, "range_pop")
+    mstx.mark("step")
+    assert mstx.marks == ["step"]
+    range_id = mstx.range_start("load", stream=None)
+    assert range_id != 0 and mstx.open == {range_id: "load"}
+    mstx.range_end(range_id)
+    assert mstx.closed == ["load"]
 
 
 def test_missing_device_capability_does_not_break_dtypes(torch_npu: SimulatedDeviceModule) -> None:

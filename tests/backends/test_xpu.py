@@ -118,3 +118,15 @@ def test_ds_accelerator_accepts_xpu_external(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("DS_ACCELERATOR", "xpu.external")
     with simulate_xpu(path="external"):
         assert anyaccel.get_accelerator()._name == "xpu"
+
+
+def test_the_simulated_capability_is_a_dict_of_properties_as_torch_xpus(
+    native_xpu: SimulatedDeviceModule,
+) -> None:
+    capability = native_xpu.get_device_capability(1)
+    assert isinstance(capability, dict)
+    major, minor, *_ = capability["version"].split(".")  # how callers read it (vLLM does)
+    assert int(major) >= 0 and int(minor) >= 0
+    properties = native_xpu.get_device_properties(1)
+    assert capability["name"] == properties.name and not hasattr(properties, "major")
+    assert XpuAccelerator().total_memory(1) == capability["total_memory"]

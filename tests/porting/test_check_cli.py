@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -126,3 +128,24 @@ def test_pre_commit_hook_runs_the_check_command() -> None:
     assert re.search(r"^- id: anyaccel-check$", text, re.M)
     assert re.search(r"^  entry: anyaccel check$", text, re.M)
     assert re.search(r"^  types: \[python\]$", text, re.M)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_named_pipe_is_refused_at_once_not_waited_on(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    os.mkfifo(project / "pipe.py")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    command = [sys.executable, "-m", "anyaccel", "check"]
+    # Reading a FIFO blocks until a writer opens it: the old code hung here.
+    named = subprocess.run(
+        [*command, str(project / "pipe.py")], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert named.returncode == 2
+    assert named.stderr.strip().splitlines() == [
+        f"anyaccel check: {project / 'pipe.py'}: not a regular file (a named pipe); name a "
+        "Python source file or a directory"
+    ]
+    walked = subprocess.run(
+        [*command, str(project)], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert walked.returncode == 1 and "train.py" in walked.stdout and "pipe" not in walked.stderr

@@ -525,3 +525,13 @@ def test_any_mix_of_ddp_constructs_ports_idempotently_and_check_agrees(parts: li
         elif part != "# a comment":
             in_run = False
     assert result.ported.count('if get_accelerator().device_name() == "cuda":') == runs
+
+
+def test_a_file_with_classic_mac_line_ends_ports_and_keeps_them() -> None:
+    source = "import torch\rx = torch.zeros(3).cuda()\rif True:\r    pass\r"
+    result = port_source(source, "cr.py")
+    assert result.rewrites == 1 and result.original == source
+    assert "\n" not in result.ported and result.ported.endswith("    pass\r")
+    assert "x = torch.zeros(3).to(get_accelerator().current_device_name())\r" in result.ported
+    assert ast.parse(result.ported) is not None
+    assert "+x = torch.zeros(3).to(" in result.diff()

@@ -92,3 +92,12 @@ def test_import_anyaccel_and_check_do_not_import_libcst(tmp_path: Path) -> None:
         timeout=120,
     )
     assert result.stdout.splitlines()[-1] == "1 False", result.stderr
+
+
+def test_write_ports_a_file_with_classic_mac_line_ends(tmp_path: Path) -> None:
+    script = tmp_path / "cr.py"
+    script.write_bytes(b"import torch\rx = torch.zeros(3).cuda()\rif True:\r    pass\r")
+    result = run_port("--write", "cr.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    ported = script.read_bytes()
+    assert b"\n" not in ported and b".to(get_accelerator().current_device_name())\r" in ported

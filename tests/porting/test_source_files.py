@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,18 @@ def test_walk_problems_are_listed_and_the_walk_goes_on(tmp_path: Path) -> None:
         f"{tmp_path / 'loop.py'}: cannot read: a symbolic link loop "
         "(the link points back at itself)",
     ]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_named_pipe_named_explicitly_is_refused_and_one_in_a_directory_skipped(
+    tmp_path: Path,
+) -> None:
+    _tree(tmp_path, "train.py")
+    os.mkfifo(tmp_path / "pipe.py")
+    problems: list[str] = []
+    named = list(iter_python_files([tmp_path / "pipe.py"], [], True, problems))
+    assert named == [] and problems == [
+        f"{tmp_path / 'pipe.py'}: not a regular file (a named pipe); name a Python source file "
+        "or a directory"
+    ]
+    assert _found(tmp_path) == ["train.py"]

@@ -90,7 +90,7 @@ class CpuAccelerator(Accelerator):
     _communication_backend_name: InstanceDefault[str] = InstanceDefault(
         lambda self: "ccl" if ccl_backend_available() else "gloo"
     )
-    #: ``LOCAL_SIZE`` or the NUMA node count, read once (on first use without ``__init__``).
+    #: ``LOCAL_SIZE`` or the NUMA node count, read once (after construction without ``__init__``).
     _device_count: InstanceDefault[int] = InstanceDefault(
         lambda self: _local_size() or numa_node_count()
     )
@@ -101,12 +101,6 @@ class CpuAccelerator(Accelerator):
         size = _local_size()  # a bad LOCAL_SIZE is an error when the accelerator is made
         self._device_count = size if size is not None else numa_node_count()
         self._peak_rss_fallback = 0
-        if not hasattr(self, "_communication_backend_name"):  # __init__ borrowed by a non-subclass
-            self._communication_backend_name = "ccl" if ccl_backend_available() else "gloo"
-
-    def _settle(self) -> None:
-        """Read ``LOCAL_SIZE`` now: a bad value is an error when the accelerator is handed over."""
-        self._device_count  # noqa: B018 - reading it reads LOCAL_SIZE
 
     # ------------------------------------------------------------------ execution model
     def is_synchronized_device(self) -> bool:

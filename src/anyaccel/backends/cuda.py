@@ -63,7 +63,7 @@ class CudaAccelerator(TorchModuleAccelerator):
     _communication_backend_name: InstanceDefault[str] = InstanceDefault(
         lambda self: "gloo" if sys.platform == "win32" else "nccl"
     )
-    #: Whether torch is a ROCm build (read in ``__init__``, or on first use without it).
+    #: Whether torch is a ROCm build (read when the accelerator is made).
     is_rocm: InstanceDefault[bool] = InstanceDefault(lambda self: torch.version.hip is not None)
     _compile_backend = "inductor"
     device_module_name = "cuda"
@@ -71,10 +71,6 @@ class CudaAccelerator(TorchModuleAccelerator):
     supports_nvtx_domain = True
     export_env_prefixes = ("NCCL",)
     host_registration = ("cudart", "cudaHostRegister", "cudaHostUnregister", 0)
-
-    def __init__(self, device_module: Any | None = None) -> None:
-        super().__init__(device_module)
-        self.is_rocm = torch.version.hip is not None
 
     def visible_devices_envs(self) -> list[str]:
         """``CUDA_VISIBLE_DEVICES``, and ``HIP_VISIBLE_DEVICES`` on ROCm."""

@@ -2,9 +2,9 @@
 
 Runtime: ``torch_musa`` (from Moore Threads, not PyPI), which attaches ``torch.musa``.
 Collectives: ``mccl``. Visible devices: ``MUSA_VISIBLE_DEVICES``. Exported to other nodes:
-``MUSA_HOME``, ``MCCL*``, ``LD_LIBRARY*``, ``PATH``. No graphs (not generally available in
-torch_musa). Probed just before cuda: CUDA-compatibility layers for MUSA can make
-``torch.cuda`` report devices that are really Moore Threads GPUs.
+``MUSA_HOME``, ``MCCL*``, ``LD_LIBRARY*``, ``PATH``. Graphs: ``torch.musa.MUSAGraph``
+(captured with ``torch.musa.graph``). Probed just before cuda: CUDA-compatibility layers for
+MUSA can make ``torch.cuda`` report devices that are really Moore Threads GPUs.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class MusaAccelerator(TorchModuleAccelerator):
     _compile_backend = "inductor"
     device_module_name = "musa"
     runtime_package = "torch_musa"
-    graph_class_name = None
+    graph_class_name = "MUSAGraph"
     profiler_module_name = None
     visible_devices_env_names = ("MUSA_VISIBLE_DEVICES",)
     export_env_prefixes = ("MUSA_HOME", "MCCL", "LD_LIBRARY", "PATH")

@@ -3,14 +3,18 @@
 Runtime: ``torch_npu`` (PyPI ``torch-npu``, matching the torch version), which attaches
 ``torch.npu``. Collectives: ``hccl``. Visible devices: ``ASCEND_RT_VISIBLE_DEVICES``.
 Exported to other nodes: ``ASCEND*``, ``HCCL*``, ``LD_LIBRARY*``, ``PATH``. Graphs:
-``torch.npu.NPUGraph``. Profiler ranges: ``torch.npu.mstx``. Host registration:
-``torch.npu.npurt().npuHostRegister`` with 4 KiB-aligned buffers.
+``torch.npu.NPUGraph``. Profiler ranges: ``torch.npu.mstx.range_start``/``range_end`` (by id;
+mstx keeps no stack). Host registration: ``torch.npu.npurt().npuHostRegister`` with 4 KiB-aligned
+buffers.
 
 torch_npu registers itself for torch's backend autoload: if it is installed without CANN,
 ``import torch`` itself fails unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` is set.
 """
 
 from __future__ import annotations
+
+import threading
+from typing import Any
 
 import torch
 
@@ -65,6 +69,19 @@ def probe() -> ProbeOutcome:
     )
 
 
+#: Per thread: ids of the mstx ranges ``range_push`` opened, innermost last. mstx closes a
+#: range by its id and keeps no stack, so ``range_pop`` needs this one.
+_ranges = threading.local()
+
+
+def _open_ranges() -> list[int]:
+    """This thread's stack of open mstx range ids."""
+    stack: list[int] | None = getattr(_ranges, "stack", None)
+    if stack is None:
+        stack = _ranges.stack = []
+    return stack
+
+
 class NpuAccelerator(TorchModuleAccelerator):
     """Ascend NPUs through ``torch.npu``."""
 
@@ -78,6 +95,27 @@ class NpuAccelerator(TorchModuleAccelerator):
     visible_devices_env_names = ("ASCEND_RT_VISIBLE_DEVICES",)
     export_env_prefixes = ("ASCEND", "HCCL", "LD_LIBRARY", "PATH")
     host_registration = ("npurt", "npuHostRegister", "npuHostUnregister", _ACL_HOST_REGISTER_MAPPED)
+
+    # ------------------------------------------------------------------ profiling
+    def range_push(self, msg: str, domain: str | None = None, category: str | None = None) -> Any:
+        """Open a range in Ascend's profiler (``torch.npu.mstx.range_start``); returns its id."""
+        start = getattr(getattr(self._module, "mstx", None), "range_start", None)
+        if start is None:
+            return None
+        range_id = start(msg)
+        _open_ranges().append(range_id)
+        return range_id
+
+    def range_pop(self, domain: str | None = None) -> Any:
+        """Close the innermost range this thread opened (``torch.npu.mstx.range_end``)."""
+        ranges = _open_ranges()
+        if not ranges:
+            return None
+        range_id = ranges.pop()
+        end = getattr(getattr(self._module, "mstx", None), "range_end", None)
+        if end is not None and range_id:  # 0: range_start refused it, nothing to close
+            end(range_id)
+        return range_id
 
     # ------------------------------------------------------------------ host memory
     def pin_memory_alignment(self) -> int:

@@ -9,6 +9,7 @@ vendor module lacks degrades to the contract's default instead of an ``Attribute
 from __future__ import annotations
 
 import importlib
+import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import ModuleType
@@ -50,6 +51,28 @@ def _import_device_module(
     return module
 
 
+class _UnloadedDeviceModule:
+    """Stands in for a device module that could not be loaded when the accelerator was made.
+
+    DeepSpeed-style subclasses may name themselves after ``super().__init__()``, or skip it:
+    the first attribute read loads the module from the names the accelerator has by then
+    (and puts it in place of this), or raises the error that says what is missing.
+    """
+
+    __slots__ = ("_accelerator",)
+
+    def __init__(self, accelerator: TorchModuleAccelerator) -> None:
+        self._accelerator = weakref.ref(accelerator)
+
+    def __getattr__(self, name: str) -> Any:
+        accelerator = self._accelerator()
+        if accelerator is None:
+            raise AttributeError(name)
+        module = accelerator._load_device_module()
+        accelerator._module = module
+        return getattr(module, name)
+
+
 class TorchModuleAccelerator(Accelerator):
     """An accelerator whose device API is a module shaped like ``torch.cuda``."""
 
@@ -70,7 +93,7 @@ class TorchModuleAccelerator(Accelerator):
         if device_module is not None:
             self._module = device_module
         elif self.device_module_name or self._name:
-            self._settle()  # the name is known: a missing runtime is an error now
+            self._module = self._load_device_module()  # the name is known: missing is an error now
         # else: a subclass sets self._name after super().__init__(); loaded on first use
 
     def _load_device_module(self) -> Any:
@@ -82,12 +105,22 @@ class TorchModuleAccelerator(Accelerator):
             self.device_module_name or self._name, self.runtime_package, self._name, type(self)
         )
 
-    #: The device module, loaded on first use when ``__init__`` was not given one.
-    _module: InstanceDefault[Any] = InstanceDefault(lambda self: self._load_device_module())
+    def _device_module_or_stand_in(self) -> Any:
+        """The device module, or a stand-in that loads it on first use if it cannot load yet."""
+        try:
+            return self._load_device_module()
+        except Exception:  # names set later, or a runtime missing: the first use says which
+            return _UnloadedDeviceModule(self)
+
+    #: The device module (``__init__`` loads or is given it; made after construction without
+    #: it); each process loads its own (an unpickled accelerator finds the module by name).
+    _module: InstanceDefault[Any] = InstanceDefault(_device_module_or_stand_in, per_process=True)
 
     def _settle(self) -> None:
-        """Load the device module now (it names the module and package if it is missing)."""
-        self._module  # noqa: B018 - reading it loads it
+        """Make the base state; a device module that is still missing is an error now."""
+        super()._settle()
+        if isinstance(self._module, _UnloadedDeviceModule):
+            self._module = self._load_device_module()
 
     @classmethod
     def load_device_module(cls) -> Any:
@@ -99,6 +132,8 @@ class TorchModuleAccelerator(Accelerator):
     @property
     def device_module(self) -> Any:
         """The vendor's ``torch.cuda``-shaped module this accelerator drives."""
+        if isinstance(self._module, _UnloadedDeviceModule):
+            self._module = self._load_device_module()
         return self._module
 
     def _optional(self, name: str) -> Callable[..., Any] | None:

@@ -758,6 +758,8 @@ def port_source(source: str, path: str = "<string>") -> PortResult:
     """
     if not could_match(source):
         return PortResult(path, source, source, 0, [])
+    if "\r" in source and "\n" not in source:
+        return _port_cr_only(source, path)
     tree = _parse(source, path)
     starts = _line_starts(source)
     aliases, imports = _ast_aliases(tree)
@@ -792,6 +794,17 @@ def port_source(source: str, path: str = "<string>") -> PortResult:
     mapping = _LineMap(source, chunks, texts)
     left = [f._replace(line=mapping.original_line(f.line)) for f in check_source(text, path)]
     return PortResult(path, source, text, total.rewrites, left, mapping.edits())
+
+
+def _port_cr_only(source: str, path: str) -> PortResult:
+    """Port a file whose lines all end in a lone ``\r`` (classic Mac), which libcst misreads.
+
+    Python reads a lone ``\r`` as a line end (inside strings too), so the port runs on the
+    text with ``\n`` in its place and the result gets the ``\r`` back: lines, line numbers
+    and edits stay the same.
+    """
+    result = port_source(source.replace("\r", "\n"), path)
+    return result._replace(original=source, ported=result.ported.replace("\n", "\r"))
 
 
 #: Deeper expressions than this make libcst's parser take minutes (it grows ~cubically).

@@ -153,7 +153,8 @@ def iter_python_files(
     """Each ``*.py`` file under ``paths`` that no exclude (nor ``.gitignore``) rules out.
 
     What cannot be walked (a symlink loop, a directory without permission, a path that
-    vanished) is appended to ``problems`` as ``"path: why"`` and the walk goes on. Without
+    vanished, a named pipe or device named as a path) is appended to ``problems`` as
+    ``"path: why"`` and the walk goes on; the walk itself takes regular files only. Without
     a ``problems`` list, a missing path raises ``FileNotFoundError`` naming it, and the
     other problems are skipped silently.
     """
@@ -169,8 +170,24 @@ def iter_python_files(
             continue
         if stat.S_ISDIR(root_stat.st_mode):
             yield from _walk(root, list(excludes), respect_gitignore, report)
-        else:
+        elif stat.S_ISREG(root_stat.st_mode):
             yield root
+        else:  # reading a named pipe would wait for a writer; a device never ends
+            report(
+                f"{root}: not a regular file ({_special_kind(root_stat.st_mode)}); "
+                "name a Python source file or a directory"
+            )
+
+
+def _special_kind(mode: int) -> str:
+    """What a file that is neither a directory nor a regular file is, in words."""
+    kinds = (
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((word for test, word in kinds if test(mode)), "a special file")
 
 
 def _why(error: OSError) -> str:

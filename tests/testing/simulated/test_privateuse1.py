@@ -29,7 +29,7 @@ VENDORS: list[
     (simulate_mlu, "mlu", "MLUGraph", "cnpx"),
     (simulate_sdaa, "sdaa", None, None),
     (simulate_supa, "supa", "SUPAGraph", None),
-    (simulate_musa, "musa", None, None),
+    (simulate_musa, "musa", "MUSAGraph", None),
 ]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import types
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +18,7 @@ from anyaccel.testing.simulated.patching import (
     simulate_broken_import,
 )
 
-__all__ = ["SimulatedNpuModule", "simulate_npu", "simulate_npu_without_cann"]
+__all__ = ["SimulatedMstx", "SimulatedNpuModule", "simulate_npu", "simulate_npu_without_cann"]
 
 
 class SimulatedNpuModule(SimulatedDeviceModule):
@@ -25,6 +27,42 @@ class SimulatedNpuModule(SimulatedDeviceModule):
     def get_device_capability(self, device: Any = None) -> Any:
         self._index(device)
         return None
+
+
+class SimulatedMstx(types.ModuleType):
+    """torch_npu's ``torch.npu.mstx``: marks, and ranges known by id (it keeps no stack).
+
+    ``range_start(message, stream=None)`` returns the id ``range_end(range_id)`` takes, and 0
+    (with a warning, nothing opened) for an empty message, as torch_npu does. ``marks``,
+    ``open`` (id to message) and ``closed`` record what was called.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.marks: list[str] = []
+        self.open: dict[int, str] = {}
+        self.closed: list[str] = []
+        self._next_id = 1
+
+    def mark(self, message: str = "", stream: Any = None, domain: str = "default") -> None:
+        self.marks.append(message)
+
+    def range_start(self, message: str, stream: Any = None, domain: str = "default") -> int:
+        if not message or not isinstance(message, str):
+            warnings.warn(
+                f"mstx.range_start needs a non-empty message string, got {message!r}",
+                stacklevel=2,
+            )
+            return 0
+        range_id = self._next_id
+        self._next_id += 1
+        self.open[range_id] = message
+        return range_id
+
+    def range_end(self, range_id: int, domain: str = "default") -> None:
+        message = self.open.pop(range_id, None)
+        if message is not None:
+            self.closed.append(message)
 
 
 @contextlib.contextmanager
@@ -40,9 +78,10 @@ def simulate_npu(
         device_name="Simulated Ascend910B",
         bf16=bf16,
         graph_class_name="NPUGraph",
-        profiler_name="mstx",
+        profiler_name=None,
         host_register=("npurt", "npuHostRegister", "npuHostUnregister"),
     )
+    module.mstx = SimulatedMstx("torch_npu.npu.mstx")  # type: ignore[attr-defined]
     package = package_module("torch_npu", npu=module, __version__="2.13.0")
     with installed(module, {"torch_npu": package, "torch_npu.npu": module}):
         yield module

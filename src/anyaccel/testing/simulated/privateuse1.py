@@ -99,7 +99,7 @@ def simulate_musa(
         "musa",
         device_count,
         device_name="MTT S4000",
-        graph_class_name=None,
+        graph_class_name="MUSAGraph",
         profiler_name=None,
         cuda_compat=cuda_compat,
     )

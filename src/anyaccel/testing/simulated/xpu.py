@@ -8,6 +8,7 @@ intel_extension_for_deepspeed's own accelerator class, simulated by
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import types
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ __all__ = [
     "IXDS_OLD_RELEASE_MISSING",
     "XPU_NATIVE_MISSING",
     "SimulatedForeignXpuAccelerator",
+    "SimulatedXpuDeviceProperties",
     "SimulatedXpuModule",
     "simulate_xpu",
 ]
@@ -36,11 +38,46 @@ XPU_NATIVE_MISSING = frozenset(
 )  # fmt: skip
 
 
+@dataclasses.dataclass(frozen=True)
+class SimulatedXpuDeviceProperties:
+    """What ``torch.xpu.get_device_properties`` returns: SYCL device facts, no CUDA ``major``."""
+
+    name: str
+    total_memory: int
+    platform_name: str = "Intel(R) oneAPI Unified Runtime over Level-Zero"
+    vendor: str = "Intel(R) Corporation"
+    driver_version: str = "1.6.31294"
+    version: str = "12.60.7"
+    type: str = "gpu"
+    max_compute_units: int = 1024
+    gpu_eu_count: int = 1024
+    gpu_subslice_count: int = 128
+    max_work_group_size: int = 1024
+    max_num_sub_groups: int = 64
+    sub_group_sizes: tuple[int, ...] = (16, 32)
+    has_fp16: bool = True
+    has_fp64: bool = True
+    has_atomic64: bool = True
+
+
 class SimulatedXpuModule(SimulatedDeviceModule):
-    """``torch.xpu``: native (``_is_compiled``) or as IPEX extends it (``lazy_init``, ``amp``)."""
+    """``torch.xpu``: native (``_is_compiled``) or as IPEX extends it (``lazy_init``, ``amp``).
+
+    ``get_device_capability()`` is a dict of the device's properties, as torch's is.
+    """
 
     def _is_compiled(self) -> bool:
         return True
+
+    def get_device_properties(self, device: Any = None) -> SimulatedXpuDeviceProperties:  # type: ignore[override]
+        self._index(device)
+        return SimulatedXpuDeviceProperties(self._device_name, self._total)
+
+    def get_device_capability(self, device: Any = None) -> dict[str, Any]:  # type: ignore[override]
+        properties = self.get_device_properties(device)
+        return {
+            field.name: getattr(properties, field.name) for field in dataclasses.fields(properties)
+        }
 
 
 class SimulatedForeignXpuAccelerator:
