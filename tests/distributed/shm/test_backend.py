@@ -290,6 +290,12 @@ AGAINST_GLOO = textwrap.dedent(
     print(json.dumps({"failures": failures, "checks": checks, "status": status,
                       "errors": errors, "native": native_calls, "sharded": sharded,
                       "grid": [len(DTYPES), len(FLOATS), len(SIZES)]}), flush=True)
+    # Every group is destroyed by now. os._exit skips interpreter teardown, where this job
+    # aborted about once in 40 loaded runs before the group's default backend was set (a gloo
+    # worker destroying a finished AsyncAllgatherWork whose tensor's PyObject needs the GIL
+    # after Py_FinalizeEx began: take_gil -> pthread_exit -> std::terminate). Not seen since
+    # in about 150 runs, but the trigger is not pinned down: see docs/distributed.md.
+    os._exit(0)
     """
 )
 
@@ -579,3 +585,143 @@ def test_one_rank_on_gloo_and_another_native_fail_at_once_not_at_the_timeout() -
             mixed,
         )
         assert elapsed < 20  # the group's timeout is 60 s
+
+
+# --- four ranks: every collective x dtype x op x size against the rank-order reference -------
+FOUR_RANKS = textwrap.dedent(
+    """
+    import json, os
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from anyaccel.distributed import init_distributed
+    info = init_distributed(backend="anyaccel_shm", timeout=timedelta(seconds=60))
+    rank, size = info.rank, info.world_size
+    gloo = dist.new_group(backend="gloo")
+    R = dist.ReduceOp
+    failures, checks = [], 0
+
+    def data(n, dtype, seed, r):  # any rank's input, made locally: the reference needs them all
+        gen = torch.Generator().manual_seed(seed * 100 + r)
+        if dtype.is_floating_point:
+            return torch.randn(n, generator=gen).to(dtype)
+        return torch.randint(-50, 50, (n,), generator=gen).to(dtype)
+
+    def rank_order(values, op, dtype):
+        # the kernel's definition: fp32 accumulation in rank order, rounded once to the dtype
+        fold = {R.SUM: torch.add, R.AVG: torch.add, R.PRODUCT: torch.mul,
+                R.MIN: torch.minimum, R.MAX: torch.maximum}[op]
+        acc = values[0].float()
+        for value in values[1:]:
+            acc = fold(acc, value.float())
+        out = acc.to(dtype)
+        return out.div_(size) if op == R.AVG else out
+
+    def check(name, ours, exact, theirs, dtype, scale=None):
+        # ours: bit for bit the rank-order result; gloo: bit for bit where the order cannot
+        # matter (MIN, MAX, integers: scale None), else within size roundings of the dtype
+        # (eps each) of the magnitudes involved (sum of |x| for sums, |product| for products)
+        global checks
+        checks += 1
+        if not torch.equal(ours, exact):
+            failures.append(f"{name}: not the rank-order result")
+        if scale is None:
+            if not torch.equal(ours, theirs):
+                failures.append(f"{name}: differs from gloo")
+        else:
+            info = torch.finfo(dtype)
+            bound = size * info.eps * scale + info.tiny
+            if not bool(((ours.double() - theirs.double()).abs() <= bound).all()):
+                failures.append(f"{name}: beyond {size} roundings of {dtype} from gloo")
+
+    def magnitude(values, op):
+        if op == R.PRODUCT:
+            return torch.stack([v.double() for v in values]).prod(0).abs()
+        scale = torch.stack([v.double().abs() for v in values]).sum(0)
+        return scale / size if op == R.AVG else scale
+
+    DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.uint8]
+    for dtype in DTYPES:
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        for n in [0, 1, 1023, (1 << 20) // itemsize]:
+            ops = [R.SUM, R.PRODUCT, R.MIN, R.MAX] + ([R.AVG] if dtype.is_floating_point else [])
+            for seed, op in enumerate(ops):
+                if dtype == torch.uint8 and op == R.PRODUCT:
+                    continue
+                values = [data(n, dtype, seed, r) for r in range(size)]
+                ours, theirs = values[rank].clone(), values[rank].clone()
+                dist.all_reduce(ours, op=op)
+                if op == R.AVG:
+                    dist.all_reduce(theirs, group=gloo)
+                    theirs = theirs.div_(size)
+                else:
+                    dist.all_reduce(theirs, op=op, group=gloo)
+                exact = rank_order(values, op, dtype)
+                if not dtype.is_floating_point:
+                    exact = theirs  # integers run on gloo: gloo's result is the reference
+                ordered = op in (R.MIN, R.MAX) or not dtype.is_floating_point
+                check(f"all_reduce {dtype} {n} {op}", ours, exact, theirs, dtype,
+                      None if ordered else magnitude(values, op))
+                if op in (R.SUM, R.MAX) and dtype != torch.uint8:
+                    big = [data(n * size, dtype, seed + 10, r) for r in range(size)]
+                    ours, theirs = torch.empty(n, dtype=dtype), torch.empty(n, dtype=dtype)
+                    dist.reduce_scatter_tensor(ours, big[rank], op=op)
+                    dist.reduce_scatter_tensor(theirs, big[rank], op=op, group=gloo)
+                    exact = rank_order([b[rank * n:(rank + 1) * n] for b in big], op, dtype)
+                    if not dtype.is_floating_point:
+                        exact = theirs
+                    parts = [b[rank * n:(rank + 1) * n] for b in big]
+                    ordered = op == R.MAX or not dtype.is_floating_point
+                    check(f"reduce_scatter_tensor {dtype} {n} {op}", ours, exact, theirs, dtype,
+                          None if ordered else magnitude(parts, op))
+            x = data(n, dtype, 20, rank)
+            ours = [torch.empty_like(x) for _ in range(size)]
+            dist.all_gather(ours, x)
+            exact = [data(n, dtype, 20, r) for r in range(size)]
+            checks += 1
+            if not all(torch.equal(a, b) for a, b in zip(ours, exact)):
+                failures.append(f"all_gather {dtype} {n}")
+            root = n % size
+            y = data(n, dtype, 21, rank)
+            dist.broadcast(y, root)
+            checks += 1
+            if not torch.equal(y, data(n, dtype, 21, root)):
+                failures.append(f"broadcast {dtype} {n} from {root}")
+    # 64 MiB (16 of the segment's 4 MiB slots): all_reduce fp32 SUM, all_gather_into_tensor;
+    # cheap inputs (randn of 16 Mi elements on every rank for every rank would cost seconds)
+    n = 16 << 20
+
+    def ramp(count, r):
+        return torch.arange(count, dtype=torch.float32).remainder_(977).mul_(0.37 + r)
+
+    ours = ramp(n, rank)
+    dist.all_reduce(ours)
+    exact = ramp(n, 0)
+    for r in range(1, size):
+        exact += ramp(n, r)
+    checks += 1
+    if not torch.equal(ours, exact):
+        failures.append("all_reduce 64 MiB")
+    del ours, exact
+    whole = torch.empty(n)
+    dist.all_gather_into_tensor(whole, ramp(n // size, rank))
+    checks += 1
+    if not all(torch.equal(part, ramp(n // size, r)) for r, part in enumerate(whole.chunk(size))):
+        failures.append("all_gather_into_tensor 64 MiB")
+    status = dist.group.WORLD.status
+    dist.destroy_process_group()
+    print(json.dumps({"failures": failures, "checks": checks, "status": status}), flush=True)
+    os._exit(0)  # as the two-rank job: see there
+    """
+)
+
+
+@multiprocess
+def test_four_ranks_every_collective_dtype_op_and_size_against_the_reference_and_gloo() -> None:
+    before = shm_entries()
+    outputs = finish(start_ranks(FOUR_RANKS, 4))
+    assert shm_entries() - before == set()
+    for out in outputs:
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["status"] == "shared memory"
+        assert result["failures"] == [], result["failures"][:10]
+        assert result["checks"] > 150
