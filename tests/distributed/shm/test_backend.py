@@ -725,3 +725,52 @@ def test_four_ranks_every_collective_dtype_op_and_size_against_the_reference_and
         assert result["status"] == "shared memory"
         assert result["failures"] == [], result["failures"][:10]
         assert result["checks"] > 150
+
+
+FORKED = textwrap.dedent(
+    """
+    import json, os, sys
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from anyaccel.distributed import ShmProcessGroup, init_distributed
+    info = init_distributed(backend="anyaccel_shm", timeout=timedelta(seconds=60))
+    rank, size = info.rank, info.world_size
+    tensor = torch.ones(1000)
+    dist.all_reduce(tensor)  # the group is in use (its segment mapped) before the fork
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child makes a fresh group with the other ranks' children
+        os.close(read)
+        store = dist.TCPStore("127.0.0.1", int(sys.argv[1]), size, rank == 0,
+                              timeout=timedelta(seconds=60))
+        group = ShmProcessGroup(store, rank, size, timedelta(seconds=60))
+        mine = torch.full((1000,), float(rank + 1))
+        group.allreduce([mine]).wait()
+        report = {"status": group.status, "sum": mine[:2].tolist()}
+        os.write(write, json.dumps(report).encode())
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(child, 0)
+    with os.fdopen(read) as pipe:
+        forked = json.loads(pipe.read() or "null")
+    tensor = torch.ones(1000)
+    dist.all_reduce(tensor)  # the parent's group still works after the fork
+    parent = [dist.group.WORLD.status, tensor[:2].tolist()]
+    dist.destroy_process_group()
+    print(json.dumps({"child_exit": status, "child": forked, "parent": parent}), flush=True)
+    """
+)
+
+
+@multiprocess
+def test_a_fork_after_use_leaves_the_parent_working_and_the_child_free_to_make_a_group() -> None:
+    from ..ranks import free_port
+
+    before = shm_entries()
+    outputs = finish(start_ranks(FORKED, 2, str(free_port())))
+    assert shm_entries() - before == set()
+    for out in outputs:
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["child_exit"] == 0
+        assert result["child"] == {"status": "shared memory", "sum": [3.0, 3.0]}
+        assert result["parent"] == ["shared memory", [2.0, 2.0]]
