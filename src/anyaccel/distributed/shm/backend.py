@@ -12,7 +12,9 @@ here (send/recv, all_to_all, gather, scatter, object collectives, ...) reaches i
 
 Native calls run synchronously and return a completed ``Work`` (``wait()`` returns at once,
 ``get_future()`` holds the outputs, as DDP needs). Ranks that die or stall raise within the
-group's timeout; ranks that pass different sizes, dtypes or ops raise on every rank.
+group's timeout; ranks that pass different sizes, dtypes or ops raise on every rank. A rank
+that sends one of the ``NATIVE`` collectives to gloo announces it on the segment first, so
+ranks that take different paths for one call fail at once instead of at the timeout.
 """
 
 from __future__ import annotations
