@@ -37,6 +37,16 @@ def test_a_missing_backend_in_a_device_map_is_named(monkeypatch: pytest.MonkeyPa
     assert not dist.is_initialized()
 
 
+def test_anyaccel_shm_beside_another_devices_backend_is_refused_not_half_applied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # torch would keep the shared-memory group and silently create nothing for cuda
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    with pytest.raises(DistributedSetupError, match=r"no backend for cuda:gloo.*new_group"):
+        init_distributed("cpu:anyaccel_shm,cuda:gloo", rank=0, world_size=1)
+    assert not dist.is_initialized()
+
+
 def test_rank_needs_world_size() -> None:
     with pytest.raises(DistributedSetupError, match="together"):
         init_distributed(rank=0)

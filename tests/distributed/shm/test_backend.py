@@ -103,6 +103,7 @@ AGAINST_GLOO = textwrap.dedent(
     import torch, torch.distributed as dist
     from anyaccel.distributed import (CollectiveError, ShmProcessGroup, backend_choice,
                                       init_distributed)
+    from anyaccel.distributed.shm.backend import FALLBACK_TAG
     info = init_distributed(timeout=timedelta(seconds=60), shm_backend=True)
     rank, size = info.rank, info.world_size
     world = dist.group.WORLD
@@ -114,8 +115,14 @@ AGAINST_GLOO = textwrap.dedent(
         def __init__(self, inner):
             self.inner, self.calls = inner, {}
         def __getattr__(self, name):
-            self.calls[name] = self.calls.get(name, 0) + 1
-            return getattr(self.inner, name)
+            method = getattr(self.inner, name)
+            if name in ("failed", "close", "abandon"):
+                return method
+            def call(*args):
+                key = "announce" if name == "all_gather" and args[3] == FALLBACK_TAG else name
+                self.calls[key] = self.calls.get(key, 0) + 1
+                return method(*args)
+            return call
     world.shm.communicator = kernel = Counting(world.shm.communicator)
 
     def check(name, ours, theirs):
@@ -283,10 +290,11 @@ AGAINST_GLOO = textwrap.dedent(
     print(json.dumps({"failures": failures, "checks": checks, "status": status,
                       "errors": errors, "native": native_calls, "sharded": sharded,
                       "grid": [len(DTYPES), len(FLOATS), len(SIZES)]}), flush=True)
-    # Every group is destroyed by now. os._exit skips interpreter teardown, where about one run
-    # in ten of this job aborts ("terminate called without an active exception", no Python
-    # frame) after all of the above passed: not yet explained, reported, and not reproduced by
-    # smaller jobs of the same calls; the leak and cycle tests below exit normally.
+    # Every group is destroyed by now. os._exit skips interpreter teardown, where this job
+    # aborted about once in 40 loaded runs before the group's default backend was set (a gloo
+    # worker destroying a finished AsyncAllgatherWork whose tensor's PyObject needs the GIL
+    # after Py_FinalizeEx began: take_gil -> pthread_exit -> std::terminate). Not seen since
+    # in about 150 runs, but the trigger is not pinned down: see docs/distributed.md.
     os._exit(0)
     """
 )
@@ -317,6 +325,9 @@ def test_every_collective_equals_gloo_bit_for_bit_on_two_ranks() -> None:
             "all_gather": dtypes * sizes_ * 2,
             "broadcast": dtypes * sizes_ * 2,  # from each of the 2 roots
             "reduce_scatter": floats * sizes_ * 2,  # the list form and the tensor form
+            # what goes to gloo announces it first: integer all_reduce (SUM, PRODUCT, MIN,
+            # MAX; uint8 has no PRODUCT) and reduce_scatter (both forms; not uint8)
+            "announce": sizes_ * (4 + 4 + 3) + sizes_ * 2 * 2,
         }, (rank, result["native"])
         for name, used in result["sharded"].items():  # FSDP's collectives ran natively
             assert {"all_gather", "reduce_scatter"} <= set(used), (name, used)
@@ -477,3 +488,289 @@ def test_four_ranks_on_two_nodes_use_gloo_across_and_shared_memory_within() -> N
         assert result["choice"] == "gloo"  # asked for, but the job spans two nodes
         assert result["status"] == ["the group's ranks run on more than one node", "shared memory"]
         assert result["failures"] == []
+
+
+# --- faults: a stalled rank, a mixed native/gloo call, a fork after use ----------------------
+STALLED = textwrap.dedent(
+    """
+    import json, os, time
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from anyaccel.distributed import CollectiveError, init_distributed
+    info = init_distributed(backend="anyaccel_shm", timeout=timedelta(seconds=3))
+    dist.all_reduce(torch.ones(8))
+    if info.rank == 1:
+        time.sleep(6)  # stalled: alive, but late for the next collective
+    start = time.monotonic()
+    results = []
+    for _ in range(2):
+        tensor = torch.ones(1000)
+        try:
+            dist.all_reduce(tensor)
+            results.append(tensor[:2].tolist())
+        except CollectiveError as error:
+            results.append(str(error))
+        results.append(time.monotonic() - start)
+    print(json.dumps(results), flush=True)
+    os._exit(0)  # the group is unusable by design; skip destroying it
+    """
+)
+
+
+@multiprocess
+def test_a_stalled_rank_fails_every_other_rank_within_the_group_timeout() -> None:
+    before = shm_entries()
+    punctual, late = (json.loads(out.strip().splitlines()[-1])
+                      for out in finish(start_ranks(STALLED, 2), timeout=60))  # fmt: skip
+    assert shm_entries() - before == set()
+    message, elapsed, again, _ = punctual
+    assert "timed out after 3.0 s" in message and "rank(s) 1" in message, message
+    assert "alive but did not enter" in message
+    assert 2.5 < elapsed < 5.5  # the group's 3 s timeout, not a hang
+    assert "failed earlier" in again
+    # The late rank finds rank 0's contribution published before it gave up: the sum is whole
+    # (never a partial one); its next collective fails at once, as the group is abandoned.
+    summed, _, message, elapsed = late
+    assert summed == [2.0, 2.0]
+    assert "rank 0 of the shared-memory group gave up" in message, message
+    assert elapsed < 2
+
+
+MIXED = textwrap.dedent(
+    """
+    import json, os, time
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from anyaccel.distributed import CollectiveError, init_distributed
+    info = init_distributed(backend="anyaccel_shm", timeout=timedelta(seconds=60))
+    rank = info.rank
+    results = []
+    # the same collectives on gloo on both ranks: announced, then run (no error)
+    tensor = torch.arange(6, dtype=torch.int32)
+    dist.all_reduce(tensor)
+    results.append(tensor.tolist())
+    # different collectives on gloo: both fail at once
+    start = time.monotonic()
+    try:
+        if rank == 0:
+            dist.all_reduce(torch.ones(4, dtype=torch.int64))
+        else:
+            dist.reduce_scatter_tensor(torch.empty(2, dtype=torch.int64),
+                                       torch.ones(4, dtype=torch.int64))
+        results.append("no error")
+    except CollectiveError as error:
+        results.append(str(error))
+    # one rank native (float32), the other on gloo (int32): both fail at once
+    try:
+        dist.all_reduce(torch.ones(4, dtype=torch.float32 if rank == 0 else torch.int32))
+        results.append("no error")
+    except CollectiveError as error:
+        results.append(str(error))
+    results.append(time.monotonic() - start)
+    print(json.dumps(results), flush=True)
+    os._exit(0)  # the group's shared-memory path is unusable by design
+    """
+)
+
+
+@multiprocess
+def test_one_rank_on_gloo_and_another_native_fail_at_once_not_at_the_timeout() -> None:
+    outputs = [json.loads(out.strip().splitlines()[-1]) for out in finish(start_ranks(MIXED, 2))]
+    for rank, (summed, different, mixed, elapsed) in enumerate(outputs):
+        assert summed == [0, 2, 4, 6, 8, 10]  # announced on shared memory, then run on gloo
+        assert "different collectives on gloo" in different, different
+        assert "rank 0: all_reduce, rank 1: reduce_scatter" in different
+        assert "failed" in mixed and "announced that it runs this collective on gloo" in mixed, (
+            rank,
+            mixed,
+        )
+        assert elapsed < 20  # the group's timeout is 60 s
+
+
+# --- four ranks: every collective x dtype x op x size against the rank-order reference -------
+FOUR_RANKS = textwrap.dedent(
+    """
+    import json, os
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from anyaccel.distributed import init_distributed
+    info = init_distributed(backend="anyaccel_shm", timeout=timedelta(seconds=60))
+    rank, size = info.rank, info.world_size
+    gloo = dist.new_group(backend="gloo")
+    R = dist.ReduceOp
+    failures, checks = [], 0
+
+    def data(n, dtype, seed, r):  # any rank's input, made locally: the reference needs them all
+        gen = torch.Generator().manual_seed(seed * 100 + r)
+        if dtype.is_floating_point:
+            return torch.randn(n, generator=gen).to(dtype)
+        return torch.randint(-50, 50, (n,), generator=gen).to(dtype)
+
+    def rank_order(values, op, dtype):
+        # the kernel's definition: fp32 accumulation in rank order, rounded once to the dtype
+        fold = {R.SUM: torch.add, R.AVG: torch.add, R.PRODUCT: torch.mul,
+                R.MIN: torch.minimum, R.MAX: torch.maximum}[op]
+        acc = values[0].float()
+        for value in values[1:]:
+            acc = fold(acc, value.float())
+        out = acc.to(dtype)
+        return out.div_(size) if op == R.AVG else out
+
+    def check(name, ours, exact, theirs, dtype, scale=None):
+        # ours: bit for bit the rank-order result; gloo: bit for bit where the order cannot
+        # matter (MIN, MAX, integers: scale None), else within size roundings of the dtype
+        # (eps each) of the magnitudes involved (sum of |x| for sums, |product| for products)
+        global checks
+        checks += 1
+        if not torch.equal(ours, exact):
+            failures.append(f"{name}: not the rank-order result")
+        if scale is None:
+            if not torch.equal(ours, theirs):
+                failures.append(f"{name}: differs from gloo")
+        else:
+            info = torch.finfo(dtype)
+            bound = size * info.eps * scale + info.tiny
+            if not bool(((ours.double() - theirs.double()).abs() <= bound).all()):
+                failures.append(f"{name}: beyond {size} roundings of {dtype} from gloo")
+
+    def magnitude(values, op):
+        if op == R.PRODUCT:
+            return torch.stack([v.double() for v in values]).prod(0).abs()
+        scale = torch.stack([v.double().abs() for v in values]).sum(0)
+        return scale / size if op == R.AVG else scale
+
+    DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.uint8]
+    for dtype in DTYPES:
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        for n in [0, 1, 1023, (1 << 20) // itemsize]:
+            ops = [R.SUM, R.PRODUCT, R.MIN, R.MAX] + ([R.AVG] if dtype.is_floating_point else [])
+            for seed, op in enumerate(ops):
+                if dtype == torch.uint8 and op == R.PRODUCT:
+                    continue
+                values = [data(n, dtype, seed, r) for r in range(size)]
+                ours, theirs = values[rank].clone(), values[rank].clone()
+                dist.all_reduce(ours, op=op)
+                if op == R.AVG:
+                    dist.all_reduce(theirs, group=gloo)
+                    theirs = theirs.div_(size)
+                else:
+                    dist.all_reduce(theirs, op=op, group=gloo)
+                exact = rank_order(values, op, dtype)
+                if not dtype.is_floating_point:
+                    exact = theirs  # integers run on gloo: gloo's result is the reference
+                ordered = op in (R.MIN, R.MAX) or not dtype.is_floating_point
+                check(f"all_reduce {dtype} {n} {op}", ours, exact, theirs, dtype,
+                      None if ordered else magnitude(values, op))
+                if op in (R.SUM, R.MAX) and dtype != torch.uint8:
+                    big = [data(n * size, dtype, seed + 10, r) for r in range(size)]
+                    ours, theirs = torch.empty(n, dtype=dtype), torch.empty(n, dtype=dtype)
+                    dist.reduce_scatter_tensor(ours, big[rank], op=op)
+                    dist.reduce_scatter_tensor(theirs, big[rank], op=op, group=gloo)
+                    exact = rank_order([b[rank * n:(rank + 1) * n] for b in big], op, dtype)
+                    if not dtype.is_floating_point:
+                        exact = theirs
+                    parts = [b[rank * n:(rank + 1) * n] for b in big]
+                    ordered = op == R.MAX or not dtype.is_floating_point
+                    check(f"reduce_scatter_tensor {dtype} {n} {op}", ours, exact, theirs, dtype,
+                          None if ordered else magnitude(parts, op))
+            x = data(n, dtype, 20, rank)
+            ours = [torch.empty_like(x) for _ in range(size)]
+            dist.all_gather(ours, x)
+            exact = [data(n, dtype, 20, r) for r in range(size)]
+            checks += 1
+            if not all(torch.equal(a, b) for a, b in zip(ours, exact)):
+                failures.append(f"all_gather {dtype} {n}")
+            root = n % size
+            y = data(n, dtype, 21, rank)
+            dist.broadcast(y, root)
+            checks += 1
+            if not torch.equal(y, data(n, dtype, 21, root)):
+                failures.append(f"broadcast {dtype} {n} from {root}")
+    # 64 MiB (16 of the segment's 4 MiB slots): all_reduce fp32 SUM, all_gather_into_tensor;
+    # cheap inputs (randn of 16 Mi elements on every rank for every rank would cost seconds)
+    n = 16 << 20
+
+    def ramp(count, r):
+        return torch.arange(count, dtype=torch.float32).remainder_(977).mul_(0.37 + r)
+
+    ours = ramp(n, rank)
+    dist.all_reduce(ours)
+    exact = ramp(n, 0)
+    for r in range(1, size):
+        exact += ramp(n, r)
+    checks += 1
+    if not torch.equal(ours, exact):
+        failures.append("all_reduce 64 MiB")
+    del ours, exact
+    whole = torch.empty(n)
+    dist.all_gather_into_tensor(whole, ramp(n // size, rank))
+    checks += 1
+    if not all(torch.equal(part, ramp(n // size, r)) for r, part in enumerate(whole.chunk(size))):
+        failures.append("all_gather_into_tensor 64 MiB")
+    status = dist.group.WORLD.status
+    dist.destroy_process_group()
+    print(json.dumps({"failures": failures, "checks": checks, "status": status}), flush=True)
+    os._exit(0)  # as the two-rank job: see there
+    """
+)
+
+
+@multiprocess
+def test_four_ranks_every_collective_dtype_op_and_size_against_the_reference_and_gloo() -> None:
+    before = shm_entries()
+    outputs = finish(start_ranks(FOUR_RANKS, 4))
+    assert shm_entries() - before == set()
+    for out in outputs:
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["status"] == "shared memory"
+        assert result["failures"] == [], result["failures"][:10]
+        assert result["checks"] > 150
+
+
+FORKED = textwrap.dedent(
+    """
+    import json, os, sys
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from anyaccel.distributed import ShmProcessGroup, init_distributed
+    info = init_distributed(backend="anyaccel_shm", timeout=timedelta(seconds=60))
+    rank, size = info.rank, info.world_size
+    tensor = torch.ones(1000)
+    dist.all_reduce(tensor)  # the group is in use (its segment mapped) before the fork
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child makes a fresh group with the other ranks' children
+        os.close(read)
+        store = dist.TCPStore("127.0.0.1", int(sys.argv[1]), size, rank == 0,
+                              timeout=timedelta(seconds=60))
+        group = ShmProcessGroup(store, rank, size, timedelta(seconds=60))
+        mine = torch.full((1000,), float(rank + 1))
+        group.allreduce([mine]).wait()
+        report = {"status": group.status, "sum": mine[:2].tolist()}
+        os.write(write, json.dumps(report).encode())
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(child, 0)
+    with os.fdopen(read) as pipe:
+        forked = json.loads(pipe.read() or "null")
+    tensor = torch.ones(1000)
+    dist.all_reduce(tensor)  # the parent's group still works after the fork
+    parent = [dist.group.WORLD.status, tensor[:2].tolist()]
+    dist.destroy_process_group()
+    print(json.dumps({"child_exit": status, "child": forked, "parent": parent}), flush=True)
+    """
+)
+
+
+@multiprocess
+def test_a_fork_after_use_leaves_the_parent_working_and_the_child_free_to_make_a_group() -> None:
+    from ..ranks import free_port
+
+    before = shm_entries()
+    outputs = finish(start_ranks(FORKED, 2, str(free_port())))
+    assert shm_entries() - before == set()
+    for out in outputs:
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["child_exit"] == 0
+        assert result["child"] == {"status": "shared memory", "sum": [3.0, 3.0]}
+        assert result["parent"] == ["shared memory", [2.0, 2.0]]

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import json
 import textwrap
+import threading
+import time
 
-from anyaccel.distributed.shm.group import SEGMENT_BUDGET, slot_bytes
+import pytest
+import torch
+
+from anyaccel.distributed.shm.group import SEGMENT_BUDGET, ShmGroup, set_up_segment, slot_bytes
 
 from ..ranks import finish, multiprocess, start_ranks
 
@@ -19,6 +24,40 @@ def test_slots_shrink_for_large_groups_to_bound_the_segment() -> None:
     for world_size in (2, 3, 7, 16, 100):
         assert slot_bytes(world_size) % 4096 == 0
         assert 2 * world_size * slot_bytes(world_size) <= max(SEGMENT_BUDGET, world_size << 19)
+
+
+def test_set_up_returns_only_once_gloo_workers_let_go_of_its_tensors() -> None:
+    # As gloo: the result is ready when gather returns, and a worker thread drops its own
+    # references a moment later; set-up must not return (and let its tensors be dropped by
+    # Python, leaving the worker the last reference) before that.
+    if not hasattr(torch.Tensor, "_use_count"):
+        pytest.skip("this torch cannot count a tensor's references")
+    workers: list[threading.Thread] = []
+    released: list[float] = []
+
+    def let_go(hold: list[torch.Tensor]) -> None:
+        time.sleep(0.05)
+        hold.clear()  # the worker's C++ references to the tensors go
+        released.append(time.monotonic())
+
+    def gather(outputs: list[torch.Tensor], tensor: torch.Tensor) -> None:
+        for output in outputs:
+            output.copy_(tensor)
+        # a view holds its base's TensorImpl from C++, as gloo's AsyncWork holds its tensors
+        hold = [t.view(t.shape) for t in (*outputs, tensor)]
+        worker = threading.Thread(target=let_go, args=(hold,))
+        workers.append(worker)
+        worker.start()
+
+    state = ShmGroup()
+    set_up_segment(gather, 1, 0, state)
+    returned = time.monotonic()
+    for worker in workers:
+        worker.join()
+    assert len(released) == len(workers) == 6  # three exchanges of two gathers each
+    assert max(released) <= returned  # every "worker" had let go when set-up returned
+    assert state.kept == []  # and set-up holds nothing any more
+    assert state.reason == "" or state.communicator is None
 
 
 # --- a destroyed group dies: anyaccel keeps no reference to it ------------------------------

@@ -12,7 +12,9 @@ here (send/recv, all_to_all, gather, scatter, object collectives, ...) reaches i
 
 Native calls run synchronously and return a completed ``Work`` (``wait()`` returns at once,
 ``get_future()`` holds the outputs, as DDP needs). Ranks that die or stall raise within the
-group's timeout; ranks that pass different sizes, dtypes or ops raise on every rank.
+group's timeout; ranks that pass different sizes, dtypes or ops raise on every rank. A rank
+that sends one of the ``NATIVE`` collectives to gloo announces it on the segment first, so
+ranks that take different paths for one call fail at once instead of at the timeout.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from anyaccel.distributed.shm.group import ShmGroup, adopt, set_up_segment
 __all__ = [
     "BACKEND_ENV",
     "BACKEND_NAME",
+    "FALLBACK_TAG",
     "NATIVE",
     "ShmProcessGroup",
     "backend_registered",
@@ -69,6 +72,11 @@ _DTYPE_TAGS: dict[torch.dtype, int] = {
         )
     )
 }  # fmt: skip
+#: The byte tag a rank announces a gloo fallback of a native collective with (no dtype has it):
+#: a peer that runs the same collective on shared memory then fails at once, not at the timeout.
+FALLBACK_TAG = 1000
+#: The collective a fallback announces, so ranks that fall back to different ones fail too.
+_KINDS = {"all_reduce": 1, "all_gather": 2, "broadcast": 3, "reduce_scatter": 4}
 _OFF = ("0", "false", "no", "off")
 _ON = ("1", "true", "yes", "on")
 #: torch's C++ collective options (``AllgatherOptions`` ...), not all re-exported by dist.
@@ -176,12 +184,53 @@ class ShmProcessGroup(dist.ProcessGroup):
         except (RuntimeError, ValueError) as exc:
             if isinstance(exc, CollectiveError):
                 raise
-            raise CollectiveError(f"{BACKEND_NAME} {name} failed: {exc}") from None
+            message = f"{BACKEND_NAME} {name} failed: {exc}"
+            if f"dtype #{FALLBACK_TAG} " in message:
+                message += (
+                    " (a rank announced that it runs this collective on gloo, because its "
+                    "tensor has a dtype, op, layout or shape the shared-memory path does not "
+                    "take, while another rank ran it on shared memory: pass the same kind "
+                    "of tensor on every rank)"
+                )
+            raise CollectiveError(message) from None
+
+    def _to_gloo(self, name: str, root: int = 0) -> None:
+        """Announce to the other ranks that this rank runs collective ``name`` on gloo.
+
+        Every rank that falls back announces it on the shared segment first, so a rank that
+        runs the same call natively fails at once (the kernel sees another collective), and
+        ranks that fall back to different collectives (or broadcast roots) fail together,
+        instead of all of them waiting for the group's timeout.
+        """
+        communicator = self.shm.communicator
+        if communicator is None or communicator.failed():
+            return  # no shared path (or a failed one): every rank goes to gloo alike
+        mine = torch.tensor([_KINDS[name], root], dtype=torch.int64)
+        everyone = torch.empty(self.size(), 2, dtype=torch.int64)
+        self._run(
+            name,
+            lambda c: c.all_gather(
+                mine.data_ptr(), [row.data_ptr() for row in everyone], mine.nbytes,
+                FALLBACK_TAG, self.shm.timeout, 1,
+            ),
+        )  # fmt: skip
+        calls = [tuple(row) for row in everyone.tolist()]
+        if len(set(calls)) > 1:
+            names = {kind: key for key, kind in _KINDS.items()}
+            seen = ", ".join(
+                f"rank {rank}: {names.get(kind, kind)}" + (f" from {at}" if kind == 3 else "")
+                for rank, (kind, at) in enumerate(calls)
+            )
+            raise CollectiveError(
+                f"{BACKEND_NAME} {name}: the ranks called different collectives on gloo "
+                f"({seen}); every rank must call the same collective in the same order"
+            )
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
         opts = _C10D.AllreduceOptions() if opts is None else opts
         code = _op_code(opts.reduceOp)
         if code is None or not self._native(tensors) or tensors[0].dtype not in _FLOAT_CODES:
+            self._to_gloo("all_reduce")
             return self.gloo.allreduce(tensors, opts)
         target = tensors[0].detach()
         work = target if target.is_contiguous() else target.contiguous()
@@ -228,6 +277,7 @@ class ShmProcessGroup(dist.ProcessGroup):
                 for o in outputs[0]
             )
         ):
+            self._to_gloo("all_gather")
             return self.gloo.allgather(outputs, tensors, opts)
         targets = [o.detach() for o in outputs[0]]
         buffers = [t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype) for t in targets]
@@ -247,6 +297,7 @@ class ShmProcessGroup(dist.ProcessGroup):
             or output.layout != torch.strided
             or output.numel() != tensor.numel() * self.size()
         ):
+            self._to_gloo("all_gather")
             return _gloo_call(self.gloo, "all_gather_single", "_allgather_base")(
                 output, tensor, opts
             )
@@ -261,6 +312,7 @@ class ShmProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
         opts = _C10D.BroadcastOptions() if opts is None else opts
         if not self._native(tensors) or tensors[0].dtype not in _DTYPE_TAGS:
+            self._to_gloo("broadcast", int(opts.rootRank))
             return self.gloo.broadcast(tensors, opts)
         target = tensors[0].detach()
         work = target if target.is_contiguous() else target.contiguous()
@@ -322,6 +374,7 @@ class ShmProcessGroup(dist.ProcessGroup):
             source = torch.cat([t.detach().reshape(-1) for t in inputs[0]])
             if self._scattered(outputs[0], source, opts):
                 return _completed(outputs)
+        self._to_gloo("reduce_scatter")
         return self.gloo.reduce_scatter(outputs, inputs, opts)
 
     def _reduce_scatter_base(
@@ -330,6 +383,7 @@ class ShmProcessGroup(dist.ProcessGroup):
         opts = _C10D.ReduceScatterOptions() if opts is None else opts
         if self._scattered(output, tensor, opts):
             return _completed([output])
+        self._to_gloo("reduce_scatter")
         return _gloo_call(self.gloo, "reduce_scatter_single", "_reduce_scatter_base")(
             output, tensor, opts
         )

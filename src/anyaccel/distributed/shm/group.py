@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import socket
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ import torch.distributed as dist
 from anyaccel.forksafe import ForkSafeLock, native_threads
 
 __all__ = [
+    "RELEASE_WAIT",
     "SEGMENT_BUDGET",
     "SHM_ENV",
     "SLOT_BYTES",
@@ -70,10 +72,11 @@ class ShmGroup:
     reason: str = _NOT_SET_UP
     timeout: float = _DEFAULT_TIMEOUT.total_seconds()
     threads: int = 1
-    #: The tensors set-up passed to gloo, kept as long as the group: a gloo worker then never
-    #: drops the last reference to a Python tensor, which needs the GIL (torch < 2.8 destroys a
-    #: group with the GIL held, so that worker and destroy_process_group() would wait on each
-    #: other; at interpreter exit it aborts the process).
+    #: The tensors set-up passed to gloo, held until every gloo worker has let go of them (then
+    #: emptied; kept for the group's life on a torch that cannot tell): a worker must never drop
+    #: the last reference to a Python tensor, which needs the GIL (torch < 2.8 destroys a group
+    #: with the GIL held, so that worker and destroy_process_group() would wait on each other;
+    #: after interpreter exit began, CPython ends the thread and the process aborts).
     kept: list[torch.Tensor] = field(default_factory=list)
 
 
@@ -197,13 +200,45 @@ def _set_up(group: Any, state: ShmGroup) -> None:
     set_up_segment(gather, dist.get_world_size(group), dist.get_rank(group), state)
 
 
+#: How long set-up waits for gloo's workers to let go of its tensors (they do within
+#: microseconds unless the host starves them); past it the tensors stay with the group.
+RELEASE_WAIT = 10.0
+
+
+def _released_by_workers(kept: list[torch.Tensor], seconds: float) -> bool:
+    """Wait until nothing but ``kept`` holds its tensors (False: torch cannot tell, or too long).
+
+    A gloo collective's ``wait()`` returns when its result is ready, a moment before the
+    worker thread that ran it drops its own references to the tensors.
+    """
+    use_count: Any = getattr(torch.Tensor, "_use_count", None)  # C++ references to the tensor
+    if use_count is None:
+        return False
+    deadline = time.monotonic() + seconds
+    while any(use_count(tensor) > 1 for tensor in kept):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.0002)  # releases the GIL, should the worker need it meanwhile
+    return True
+
+
 def set_up_segment(gather: Gather, size: int, me: int, state: ShmGroup) -> None:
     """Collectively decide a group's path and, on one node, share a segment among its ranks.
 
     ``gather`` all-gathers CPU tensors over the group's ``size`` ranks (this one is ``me``);
     every rank calls this at once. Afterwards ``state.communicator`` is set, or
-    ``state.reason`` says why not (the same on every rank).
+    ``state.reason`` says why not (the same on every rank), and no gloo worker holds a tensor
+    of set-up's any more (``state.kept`` is empty), unless torch cannot tell.
     """
+    try:
+        _set_up_segment(gather, size, me, state)
+    finally:
+        if _released_by_workers(state.kept, RELEASE_WAIT):
+            state.kept.clear()
+
+
+def _set_up_segment(gather: Gather, size: int, me: int, state: ShmGroup) -> None:
+    """``set_up_segment`` itself (its tensors gathered into ``state.kept``)."""
     state.threads = _kernel_threads(size)
     problem = _local_problem()
     kept = state.kept
