@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -396,3 +398,28 @@ def test_cpu_fallback_warns_once_per_job_from_rank_0(
         assert "\n" not in message and len(message) < 200  # short: one line
         assert "uses the CPU" in message and "DS_ACCELERATOR=cpu" in message
         assert "anyaccel report" in message
+
+
+def test_cpu_fallback_warning_names_the_users_line_whichever_helper_asked_first(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "user_script.py"
+    script.write_text(
+        "import warnings\n"
+        "warnings.simplefilter('always')\n"
+        "from anyaccel.distributed import ddp_device_ids\n"
+        "ids = ddp_device_ids(0)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("DS_ACCELERATOR", "RANK", "LOCAL_RANK")}
+    env["PYTHONPATH"] = str(Path(anyaccel.__file__).parents[1])
+    code = (
+        "from anyaccel.testing.simulated import simulate_cpu_only_torch\n"
+        "import runpy\n"
+        "with simulate_cpu_only_torch():\n"
+        f"    runpy.run_path({str(script)!r}, run_name='__main__')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"{script}:4: CpuFallbackWarning" in result.stderr, result.stderr[-2000:]

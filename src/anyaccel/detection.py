@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -463,8 +464,25 @@ def _warn_cpu_fallback() -> None:
         f"anyaccel found no accelerator and uses the CPU; set {FORCE_ENV}=cpu to choose it "
         "and silence this, or run `anyaccel report` to see why each backend was passed over",
         CpuFallbackWarning,
-        stacklevel=4,
+        stacklevel=_caller_stacklevel(),
     )
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that names the first caller outside anyaccel (the user's line).
+
+    Detection runs under whichever anyaccel helper asked first (``get_accelerator()``,
+    ``ddp_device_ids()``...), so a fixed level would point inside the package.
+    """
+    frame = sys._getframe(1)  # the caller of this function is level 1 of warnings.warn
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 def set_accelerator(accel_obj: object) -> None:
