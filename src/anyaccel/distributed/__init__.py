@@ -9,14 +9,16 @@
 - ``placement``: ``ddp_device_ids()``/``ddp_output_device()`` give DDP a device on an
   accelerator and ``None`` on the CPU; ``local_process_count()`` is a node's process count,
   never 0 (what ``anyaccel port`` writes for ``device_ids=[i]`` and ``torch.cuda.device_count()``);
+- ``exit_grace``: ``install_exit_grace()`` pauses briefly at interpreter exit so torch's gloo
+  workers finish first (else a rank can die with SIGABRT after its work is done);
 - ``binding``: ``bind_cores()`` splits the node's CPU cores among the local ranks, NUMA-aware;
 - ``shm``: ``all_reduce()`` sums CPU tensors through shared memory when every rank shares the
   node, and ``ddp_comm_hook`` puts DDP's gradients through it; the ``torch.distributed``
   backend ``"anyaccel_shm"`` (registered on import) gives every caller of torch the same.
 
-Imports point one way: ``errors`` at the bottom, then ``environment``, then ``devices`` and
-``binding`` and ``placement``, then ``process_group``; ``shm`` needs only ``errors`` (and the
-kernel in ``ops``).
+Imports point one way: ``errors`` at the bottom, then ``environment`` and ``exit_grace``, then
+``devices``, ``binding`` and ``placement``, then ``process_group``; ``shm`` needs only
+``errors`` (and the kernel in ``ops``).
 ``launch`` and ``allreduce`` are the old module paths, kept as re-exports.
 """
 
@@ -40,6 +42,7 @@ from anyaccel.distributed.environment import (
     launch_info,
 )
 from anyaccel.distributed.errors import CollectiveError, DistributedSetupError
+from anyaccel.distributed.exit_grace import EXIT_GRACE_ENV, install_exit_grace
 from anyaccel.distributed.placement import (
     CPU_PROCESSES_ENV,
     ddp_device_ids,
@@ -60,6 +63,7 @@ __all__ = [
     "BACKEND_REMEDIES",
     "CPU_PROCESSES_ENV",
     "DEFAULT_MASTER_PORT",
+    "EXIT_GRACE_ENV",
     "LAUNCHERS",
     "CollectiveError",
     "CoreBinding",
@@ -77,6 +81,7 @@ __all__ = [
     "ddp_device_ids",
     "ddp_output_device",
     "init_distributed",
+    "install_exit_grace",
     "is_launched",
     "launch_info",
     "local_process_count",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from anyaccel.distributed.environment import is_launched, launch_info
 from anyaccel.distributed.errors import DistributedSetupError
+from anyaccel.distributed.exit_grace import install_exit_grace
 
 if TYPE_CHECKING:
     from anyaccel.abstract import Accelerator
@@ -68,7 +69,10 @@ def ddp_device_ids(index: _Device, accelerator: Accelerator | None = None) -> li
     Raises ``TypeError`` for ``None``/bools and ``ValueError`` for a negative index.
     """
     index = _checked_index(index, "ddp_device_ids")
-    return [index] if _has_devices(_resolve(accelerator)) else None
+    if _has_devices(_resolve(accelerator)):
+        return [index]
+    install_exit_grace()  # DDP on the CPU runs on gloo: see anyaccel.distributed.exit_grace
+    return None
 
 
 def ddp_output_device(index: _Device, accelerator: Accelerator | None = None) -> _Device | None:
@@ -77,7 +81,10 @@ def ddp_output_device(index: _Device, accelerator: Accelerator | None = None) ->
     The counterpart of ``ddp_device_ids``; same arguments, same errors.
     """
     index = _checked_index(index, "ddp_output_device")
-    return index if _has_devices(_resolve(accelerator)) else None
+    if _has_devices(_resolve(accelerator)):
+        return index
+    install_exit_grace()
+    return None
 
 
 def local_process_count(accelerator: Accelerator | None = None) -> int:

@@ -21,6 +21,7 @@ from anyaccel.distributed.binding import bind_cores as apply_binding
 from anyaccel.distributed.devices import select_device_index
 from anyaccel.distributed.environment import DEFAULT_MASTER_PORT, LaunchInfo, launch_info
 from anyaccel.distributed.errors import DistributedSetupError
+from anyaccel.distributed.exit_grace import install_exit_grace
 from anyaccel.distributed.shm.backend import BACKEND_NAME, register_backend, shm_backend_wanted
 
 __all__ = ["BACKEND_REMEDIES", "backend_choice", "cpu_collectives", "init_distributed"]
@@ -213,6 +214,8 @@ def init_distributed(
             f"collective backend {backend!r} (for accelerator {accelerator._name!r}) is not "
             f"available in this process: {remedy}; or pass backend='gloo' for CPU collectives"
         )
+    if {"gloo", BACKEND_NAME} & set(_backend_names(backend)):
+        install_exit_grace()  # see anyaccel.distributed.exit_grace
     device_index = select_device_index(info, accelerator) if set_device else None
     if bind_cores or core_list is not None:
         apply_binding(info.local_rank, info.local_world_size, core_list=core_list)
