@@ -127,8 +127,8 @@ def test_ddp_example_trains_under_torchrun() -> None:
             proc.wait()
     losses = [float(line.split()[-1]) for line in out.splitlines() if line.startswith("step")]
     assert len(losses) >= 3 and losses[-1] < losses[0] / 4, out + err[-3000:]
-    # init_distributed() keeps gloo for CPU ranks unless asked (the backend is opt-in for now)
-    expected = "done: 2 ranks on cpu (gloo), parameters in sync across ranks"
+    # init_distributed() gives CPU ranks on one node the shared-memory backend by default
+    expected = "done: 2 ranks on cpu (anyaccel_shm), parameters in sync across ranks"
     assert expected in out, err[-3000:]
     assert out.rstrip().endswith("gradients via shared memory")
     assert proc.returncode == 0, err[-3000:]

@@ -166,7 +166,7 @@ def test_cpu_collectives_says_which_backend_and_why(monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("ANYACCEL_SHM_BACKEND", raising=False)
     assert not dist.is_initialized()  # no live choice: the default is reported
     assert cpu_collectives() == (
-        "gloo (opt-in: init_distributed(shm_backend=True) or ANYACCEL_SHM_BACKEND=1)"
+        "anyaccel_shm (the default for CPU ranks on one node; ANYACCEL_SHM_BACKEND=0 keeps gloo)"
     )
     monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "1")
     assert cpu_collectives() == "anyaccel_shm (ANYACCEL_SHM_BACKEND=1)"

@@ -172,9 +172,9 @@ def init_distributed(
     (``bind_cores=True``, ``core_list`` to restrict the cores), and initialises the group.
 
     With no ``backend``, CPU ranks all on one node get ``"anyaccel_shm"`` (shared-memory
-    collectives, gloo for the rest) when asked for, with ``shm_backend=True`` or
-    ``ANYACCEL_SHM_BACKEND=1`` (opt-in for now), else gloo; ``backend_choice()`` tells what was
-    chosen and why.
+    collectives, gloo for the rest) unless ``shm_backend=False`` or ``ANYACCEL_SHM_BACKEND=0``
+    keeps gloo; ranks across nodes get gloo; ``backend_choice()`` tells what was chosen and
+    why.
 
     Raises ``DistributedSetupError`` before any rendezvous when the launcher's variables are
     missing or inconsistent, the backend is unavailable, or local ranks would share a device;

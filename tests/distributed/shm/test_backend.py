@@ -42,8 +42,8 @@ def test_the_environment_and_the_argument_turn_it_on_and_off(
 ) -> None:
     monkeypatch.delenv("ANYACCEL_SHM_BACKEND", raising=False)
     assert shm_backend_wanted() == (
-        False,
-        "opt-in: init_distributed(shm_backend=True) or ANYACCEL_SHM_BACKEND=1",
+        True,
+        "the default for CPU ranks on one node; ANYACCEL_SHM_BACKEND=0 keeps gloo",
     )
     monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "1")
     assert shm_backend_wanted() == (True, "ANYACCEL_SHM_BACKEND=1")

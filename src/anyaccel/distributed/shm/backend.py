@@ -441,19 +441,19 @@ def register_backend() -> None:
 def shm_backend_wanted(argument: bool | None = None) -> tuple[bool, str]:
     """Whether ``init_distributed`` should use :data:`BACKEND_NAME`, and why (for the trace).
 
-    Opt-in for now (a rare abort at process exit is not yet explained): ``argument``
+    On by default (CPU ranks on one node; the caller checks the node): ``argument``
     (``init_distributed(shm_backend=...)``) decides when given; otherwise :data:`BACKEND_ENV`
-    set to 1/true/yes/on turns it on, and 0/false/no/off or unset keeps gloo.
+    set to 0/false/no/off keeps gloo, and 1/true/yes/on or unset picks the backend.
     """
     if argument is not None:
         return argument, f"shm_backend={argument}"
     value = os.environ.get(BACKEND_ENV, "").strip().lower()
     if value in _OFF:
         return False, f"{BACKEND_ENV}={value}"
-    if value not in _ON:
-        if value:
-            return False, f"{BACKEND_ENV}={value!r} is not one of {', '.join(_ON + _OFF)}"
-        return False, f"opt-in: init_distributed(shm_backend=True) or {BACKEND_ENV}=1"
+    if value and value not in _ON:
+        return False, f"{BACKEND_ENV}={value!r} is not one of {', '.join(_ON + _OFF)}"
     if not hasattr(os, "memfd_create"):
         return False, "this platform has no memfd_create (Linux only)"
+    if not value:
+        return True, f"the default for CPU ranks on one node; {BACKEND_ENV}=0 keeps gloo"
     return True, f"{BACKEND_ENV}={value}"
