@@ -375,6 +375,10 @@ class ShmProcessGroup(dist.ProcessGroup):
             if self._scattered(outputs[0], source, opts):
                 return _completed(outputs)
         self._to_gloo("reduce_scatter")
+        if len(outputs) == 1 and len(inputs) == 1 and len(inputs[0]) == self.size():
+            flat = torch.cat([t.detach().reshape(-1) for t in inputs[0]])
+            if self._scattered_on_gloo(outputs[0], flat, opts):
+                return _completed(outputs)
         return self.gloo.reduce_scatter(outputs, inputs, opts)
 
     def _reduce_scatter_base(
@@ -384,9 +388,37 @@ class ShmProcessGroup(dist.ProcessGroup):
         if self._scattered(output, tensor, opts):
             return _completed([output])
         self._to_gloo("reduce_scatter")
+        if self._scattered_on_gloo(output, tensor, opts):
+            return _completed([output])
         return _gloo_call(self.gloo, "reduce_scatter_single", "_reduce_scatter_base")(
             output, tensor, opts
         )
+
+    def _scattered_on_gloo(self, output: torch.Tensor, source: torch.Tensor, opts: Any) -> bool:
+        """Reduce-scatter through gloo's all_reduce of the whole input; False: leave it to gloo.
+
+        gloo's own reduce-scatter is missing (the list form) or ignores the op (every op sums)
+        on older torch (2.4 at least), so a fallback that is not a sum would come back wrong;
+        its all_reduce honours every op gloo has. AVG (gloo has none) and shapes that do not
+        split evenly are left to gloo, which refuses them as it does for any caller.
+        """
+        op = opts.reduceOp
+        if (
+            op == dist.ReduceOp.AVG
+            or source.numel() != output.numel() * self.size()
+            or source.device.type != "cpu"
+            or output.device.type != "cpu"
+            or source.dtype != output.dtype
+        ):
+            return False
+        whole = source.detach().reshape(-1).clone()
+        options = _C10D.AllreduceOptions()
+        options.reduceOp = op
+        options.timeout = opts.timeout
+        self.gloo.allreduce([whole], options).wait()
+        part = whole[self.rank() * output.numel() : (self.rank() + 1) * output.numel()]
+        output.detach().copy_(part.view(output.shape))
+        return True
 
     # torch >= 2.10 calls these names for all_gather_into_tensor and reduce_scatter_tensor
     # (all_gather_single, reduce_scatter_single); older torch calls the underscored ones.
