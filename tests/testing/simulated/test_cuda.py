@@ -73,3 +73,16 @@ def test_torch_xmlir_drives_kunlunxin_devices_as_torch_cuda(
         assert (torch.version.cuda, torch.version.hip) == ("11.7", None)
         assert module.device_count() == 3 and not hasattr(module, "cudart")
     assert interpreter_state() == before
+
+
+def test_the_stand_in_torch_cuda_carries_the_real_amp_as_torch_reaches_for_it() -> None:
+    # torch.autocast on torch 2.4 asks torch.cuda.amp.common for every device type
+    import importlib
+
+    from anyaccel.testing.simulated import simulate_klxpu, simulate_supa
+
+    real = importlib.import_module("torch.cuda.amp")
+    for simulate in (simulate_cuda, simulate_klxpu, simulate_supa):
+        with simulate():
+            assert torch.cuda.amp is real
+            assert callable(torch.cuda.amp.common.amp_definitely_not_available)

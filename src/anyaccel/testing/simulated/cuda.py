@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Iterator
 
 import torch
@@ -31,6 +32,16 @@ def torch_build(*, cuda: str | None, hip: str | None) -> list[Patch]:
     ]
 
 
+def with_torch_amp(module: SimulatedDeviceModule) -> SimulatedDeviceModule:
+    """Give the stand-in ``torch.cuda`` the real ``torch.cuda.amp``, as the real one has.
+
+    torch's own code reaches it through ``torch.cuda`` (``torch.autocast`` asks
+    ``torch.cuda.amp.common.amp_definitely_not_available()`` on torch 2.4 for every device).
+    """
+    setattr(module, "amp", importlib.import_module("torch.cuda.amp"))  # noqa: B010
+    return module
+
+
 @contextlib.contextmanager
 def simulate_cuda(
     device_count: int = 1,
@@ -51,6 +62,7 @@ def simulate_cuda(
         device_name="Simulated AMD Instinct" if hip else "Simulated NVIDIA GPU",
         bf16=capability[0] >= 8 if bf16 is None else bf16,
     )
+    with_torch_amp(module)
     with installed(module, {}, *torch_build(cuda=None if hip else cuda_version, hip=hip)):
         yield module
 
@@ -90,6 +102,7 @@ def simulate_klxpu(
         device_name="Simulated Kunlunxin P800",
         host_register=None,
     )
+    with_torch_amp(module)
     package = package_module("torch_xmlir", __version__="2.0.1")
     with installed(module, {"torch_xmlir": package}, *torch_build(cuda="11.7", hip=None)):
         yield module

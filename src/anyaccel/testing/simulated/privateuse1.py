@@ -10,6 +10,7 @@ import contextlib
 
 import torch
 
+from anyaccel.testing.simulated.cuda import with_torch_amp
 from anyaccel.testing.simulated.device_module import SimulatedDeviceModule
 from anyaccel.testing.simulated.patching import Patch, installed, package_module
 
@@ -39,6 +40,7 @@ def _simulate_privateuse1(
     packages = {package: package_module(package, **{device_type: module})}
     extra: list[Patch] = []
     if cuda_compat:  # the compat layer sets the CUDA markers; torch.version.hip stays as it was
+        with_torch_amp(module)
         extra = [
             (torch, "cuda", module),
             (torch.backends.cuda, "is_built", lambda: True),
