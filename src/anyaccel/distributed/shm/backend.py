@@ -370,15 +370,13 @@ class ShmProcessGroup(dist.ProcessGroup):
                 for t in inputs[0]
             )
         )  # fmt: skip
-        if native:
-            source = torch.cat([t.detach().reshape(-1) for t in inputs[0]])
-            if self._scattered(outputs[0], source, opts):
-                return _completed(outputs)
+        source = torch.cat([t.detach().reshape(-1) for t in inputs[0]]) if native else None
+        if source is not None and self._scattered(outputs[0], source, opts):
+            return _completed(outputs)
         self._to_gloo("reduce_scatter")
-        if len(outputs) == 1 and len(inputs) == 1 and len(inputs[0]) == self.size():
-            flat = torch.cat([t.detach().reshape(-1) for t in inputs[0]])
-            if self._scattered_on_gloo(outputs[0], flat, opts):
-                return _completed(outputs)
+        # only parts of the output's size and dtype: uneven parts are gloo's to judge
+        if source is not None and self._scattered_on_gloo(outputs[0], source, opts):
+            return _completed(outputs)
         return self.gloo.reduce_scatter(outputs, inputs, opts)
 
     def _reduce_scatter_base(
