@@ -26,6 +26,7 @@ pytest.importorskip(
 from accelerate.state import AcceleratorState, PartialState
 
 from anyaccel.backends.cpu import CpuAccelerator
+from anyaccel.distributed.errors import DistributedSetupError
 from anyaccel.integrations import accelerate as integration
 from anyaccel.testing.simulated import simulate_cpu_only_torch
 
@@ -317,6 +318,29 @@ def test_install_on_cpu_sets_the_cpu_lever_and_uninstall_restores(clean: None) -
     assert "ACCELERATE_USE_CPU" not in os.environ
     assert PartialState.__init__ is original
     assert integration.installed() is None
+
+
+def test_install_under_a_launcher_pauses_at_exit_for_gloo_and_refuses_a_bad_pause(
+    clean: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from anyaccel.distributed import exit_grace
+
+    real = exit_grace.install_exit_grace
+    calls: list[str] = []
+    monkeypatch.setattr(exit_grace, "install_exit_grace", lambda: calls.append("x") or True)
+    integration.install(CpuAccelerator())  # one process: accelerate runs no process group
+    assert calls == []
+    integration.uninstall()
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert integration.install(CpuAccelerator()).backend == "gloo"  # MULTI_CPU: DDP on gloo
+    assert calls == ["x"]  # torch's gloo exit abort: see anyaccel.distributed.exit_grace
+    integration.uninstall()
+    monkeypatch.setattr(exit_grace, "install_exit_grace", real)  # a malformed value now:
+    monkeypatch.setenv(exit_grace.EXIT_GRACE_ENV, "soon")
+    with pytest.raises(DistributedSetupError, match=exit_grace.EXIT_GRACE_ENV):
+        integration.install(CpuAccelerator())
+    assert integration.installed() is None and "ACCELERATE_USE_CPU" not in os.environ  # unchanged
 
 
 def test_uninstall_puts_back_a_value_the_user_had(

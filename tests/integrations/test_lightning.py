@@ -384,6 +384,20 @@ def test_on_the_cpu_devices_counts_processes(integration: Any) -> None:
     cpu.teardown()
 
 
+def test_ddp_on_cpu_ranks_pauses_at_exit_and_on_an_accelerator_does_not(
+    integration: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(integration, "install_exit_grace", lambda: calls.append("x") or True)
+    for strategy in (integration.AnyDDPStrategy, integration.AnyFabricDDPStrategy):
+        cpu = strategy(accelerator=integration.AnyAccelerator())
+        assert cpu._get_process_group_backend() == "gloo"
+        with simulate_cuda(device_count=2):
+            gpus = strategy(accelerator=integration.AnyAccelerator(CudaAccelerator()))
+            assert gpus._get_process_group_backend() == "nccl"
+    assert calls == ["x", "x"]  # the CPU jobs only: torch's gloo exit abort (exit_grace)
+
+
 def test_unsupported_precision_is_refused_for_trainer_and_fabric(integration: Any) -> None:
     import lightning as L
 

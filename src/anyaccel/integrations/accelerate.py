@@ -502,6 +502,11 @@ def install(accelerator: Accelerator | None = None) -> Installation:
                     f"transformers' TrainingArguments will still pick {after.device!r} by "
                     f"{after.how}, not anyaccel's {plan.device!r}: {fix}."
                 )
+        if plan.expected.backend == "gloo":
+            # accelerate's MULTI_CPU runs DDP on gloo: see anyaccel.distributed.exit_grace
+            from anyaccel.distributed.exit_grace import install_exit_grace
+
+            install_exit_grace()  # a malformed ANYACCEL_EXIT_GRACE is refused before any change
         previous = {name: os.environ.get(name) for name in plan.environment}
         os.environ.update(plan.environment)
         if plan.partial_state_cpu:

@@ -159,6 +159,12 @@ _VERSIONS = _require_lightning()
 import torch  # noqa: E402  (after the check: a missing lightning names the extra first)
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
+from anyaccel.distributed.exit_grace import install_exit_grace  # noqa: E402
+from anyaccel.distributed.shm.backend import BACKEND_NAME as _SHM_BACKEND  # noqa: E402
+
+#: Process-group backends for CPU ranks, whose jobs get the pause at exit.
+_CPU_BACKENDS = frozenset({"gloo", _SHM_BACKEND})
+
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
@@ -286,7 +292,10 @@ def _accelerator_stream(accelerator: AnyaccelAccelerator) -> AbstractContextMana
 def _ddp_backend(strategy: Any) -> str:
     """A DDP strategy's process-group backend: the one it was given, else the accelerator's."""
     given: str | None = strategy._process_group_backend
-    return given or _anyaccel_of(strategy.accelerator).communication_backend_name()
+    backend = given or _anyaccel_of(strategy.accelerator).communication_backend_name()
+    if backend in _CPU_BACKENDS:
+        install_exit_grace()  # torch's gloo exit abort: see anyaccel.distributed.exit_grace
+    return backend
 
 
 def _wrapped_in_ddp(

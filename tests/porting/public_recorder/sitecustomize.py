@@ -136,6 +136,11 @@ def _install() -> None:
         record("init_process_group", _caller_site(), backend=backend)
         if SIMULATE:
             args, kwargs = (), {**kwargs, "backend": "gloo"}
+            # the job runs on gloo though ddp_device_ids sees the MLU, so anyaccel installs no
+            # pause: torch's gloo exit abort (anyaccel.distributed.exit_grace) needs one here
+            from anyaccel.distributed import install_exit_grace
+
+            install_exit_grace()
         return real_init(*args, **kwargs)
 
     c10d.init_process_group = init_process_group
