@@ -207,6 +207,20 @@ AGAINST_GLOO = textwrap.dedent(
     ours, theirs = torch.empty_like(x), torch.empty_like(x)
     dist.all_to_all_single(ours, x); dist.all_to_all_single(theirs, x, group=gloo)
     check("all_to_all_single", ours, theirs)
+    # uneven list parts whose total happens to fit: refused as gloo refuses them (the native
+    # path would cut the concatenation at the wrong place), and the output left untouched
+    def uneven(group):
+        out = torch.full((3,), -7.0)
+        try:
+            dist.reduce_scatter(out, [data(2, torch.float32, 10), data(4, torch.float32, 11)],
+                                group=group)
+        except RuntimeError as exc:
+            return str(exc).strip().rsplit("] ", 1)[-1], out
+        return None, out
+    (ours, ours_out), (theirs, theirs_out) = uneven(None), uneven(gloo)
+    checks += 1
+    if ours is None or ours != theirs or not torch.equal(ours_out, torch.full((3,), -7.0)):
+        failures.append(f"uneven reduce_scatter: {ours!r} {ours_out} vs gloo's {theirs!r}")
     if rank == 0:
         dist.send(torch.arange(5.0), 1)
     elif rank == 1:
