@@ -186,6 +186,30 @@ AGAINST_GLOO = textwrap.dedent(
                 check(f"reduce_scatter {dtype} {n}", a, b)
 
     native_calls = dict(kernel.calls)
+    # 64 MiB per rank (16 rounds of the 4 MiB slots): every collective on fp32, bf16, int32
+    for dtype in (torch.float32, torch.bfloat16, torch.int32):
+        n = (64 << 20) // dtype.itemsize
+        x = data(n, dtype, 12)
+        for op in [R.SUM, R.MAX] + ([R.AVG] if dtype.is_floating_point else []):
+            a = x.clone(); b = x.clone()
+            dist.all_reduce(a, op=op)
+            dist.all_reduce(b, op=R.SUM if op == R.AVG else op, group=gloo)
+            if op == R.AVG:
+                b.div_(size)
+            check(f"all_reduce {dtype} 64 MiB {op}", a, b)
+        ours = torch.empty(n * size, dtype=dtype); theirs = torch.empty_like(ours)
+        dist.all_gather_into_tensor(ours, x); dist.all_gather_into_tensor(theirs, x, group=gloo)
+        check(f"all_gather_into_tensor {dtype} 64 MiB", ours, theirs)
+        ours, theirs = list(ours.chunk(size)), list(theirs.chunk(size))
+        dist.all_gather(ours, x); dist.all_gather(theirs, x, group=gloo)
+        check(f"all_gather {dtype} 64 MiB", ours, theirs)
+        a = x.clone(); b = x.clone()
+        dist.broadcast(a, size - 1); dist.broadcast(b, size - 1, group=gloo)
+        check(f"broadcast {dtype} 64 MiB", a, b)
+        a = torch.empty(n // size, dtype=dtype); b = torch.empty_like(a)
+        dist.reduce_scatter_tensor(a, x); dist.reduce_scatter_tensor(b, x, group=gloo)
+        check(f"reduce_scatter_tensor {dtype} 64 MiB", a, b)
+        del x, a, b, ours, theirs
     # non-contiguous input: reduced in place, as a contiguous copy through gloo would be
     a = data(64, torch.float32, 6).reshape(8, 8).t(); b = a.contiguous()
     dist.all_reduce(a); dist.all_reduce(b, group=gloo)
@@ -731,6 +755,28 @@ FOUR_RANKS = textwrap.dedent(
     checks += 1
     if not all(torch.equal(part, ramp(n // size, r)) for r, part in enumerate(whole.chunk(size))):
         failures.append("all_gather_into_tensor 64 MiB")
+    del whole
+    # reduce_scatter_tensor of 64 MiB (rank order), all_reduce MAX, broadcast from the last rank
+    part = torch.empty(n // size)
+    dist.reduce_scatter_tensor(part, ramp(n, rank))
+    exact = ramp(n, 0)
+    for r in range(1, size):
+        exact += ramp(n, r)
+    checks += 1
+    if not torch.equal(part, exact[rank * (n // size) : (rank + 1) * (n // size)]):
+        failures.append("reduce_scatter_tensor 64 MiB")
+    del part, exact
+    ours = ramp(n, rank).neg_()
+    dist.all_reduce(ours, op=R.MAX)
+    checks += 1
+    if not torch.equal(ours, ramp(n, 0).neg_()):
+        failures.append("all_reduce MAX 64 MiB")
+    ours = ramp(n, rank)
+    dist.broadcast(ours, size - 1)
+    checks += 1
+    if not torch.equal(ours, ramp(n, size - 1)):
+        failures.append("broadcast 64 MiB")
+    del ours
     status = dist.group.WORLD.status
     dist.destroy_process_group()
     print(json.dumps({"failures": failures, "checks": checks, "status": status}), flush=True)
