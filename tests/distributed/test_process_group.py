@@ -37,12 +37,21 @@ def test_a_missing_backend_in_a_device_map_is_named(monkeypatch: pytest.MonkeyPa
     assert not dist.is_initialized()
 
 
-def test_anyaccel_shm_beside_another_devices_backend_is_refused_not_half_applied(
+def test_anyaccel_shm_beside_another_backend_without_its_class_is_refused_not_half_applied(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # torch would keep the shared-memory group and silently create nothing for cuda
+    # beside another device's backend the group needs its compiled c10d Backend class
+    from anyaccel.ops.cpu.shm_backend import ShmBackendBuilder
+    from anyaccel.ops.errors import BuildToolMissingError
+
+    def no_compiler(self: object, verbose: bool = False) -> None:
+        raise BuildToolMissingError("no C++ compiler (c++) on PATH")
+
+    monkeypatch.setattr(ShmBackendBuilder, "load", no_compiler)
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
-    with pytest.raises(DistributedSetupError, match=r"no backend for cuda:gloo.*new_group"):
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    with pytest.raises(DistributedSetupError, match=r"no C\+\+ compiler.*'cpu:gloo,cuda:nccl'"):
         init_distributed("cpu:anyaccel_shm,cuda:gloo", rank=0, world_size=1)
     assert not dist.is_initialized()
 

@@ -91,27 +91,6 @@ def _backend_names(backend: str) -> list[str]:
     return [part.rpartition(":")[2].strip() for part in backend.split(",") if part.strip()]
 
 
-def _refuse_shm_beside_other_devices(backend: str) -> None:
-    """Refuse a device map that pairs anyaccel_shm with another device's backend.
-
-    torch takes a plugin that returns a whole ``ProcessGroup`` as the group and creates no
-    other device's backend (and a Python class cannot be a per-device c10d ``Backend``: it
-    has no Python constructor), so ``"cpu:anyaccel_shm,cuda:nccl"`` would silently lose nccl.
-    """
-    others = [
-        part.strip()
-        for part in backend.split(",")
-        if ":" in part and part.partition(":")[0].strip() != "cpu"
-    ]
-    if others:
-        raise DistributedSetupError(
-            f"backend {backend!r}: {BACKEND_NAME} is a whole process group for CPU tensors, "
-            f"so torch would create no backend for {', '.join(others)}; use the accelerator's "
-            f"backend for the default group (e.g. 'nccl', or 'cpu:gloo,cuda:nccl') and "
-            f"dist.new_group(backend='{BACKEND_NAME}') for the CPU collectives"
-        )
-
-
 def _backend_available(backend: str) -> bool:
     """Whether every backend ``backend`` names (one, or a device-mapped list) can run here."""
     names = _backend_names(backend)
@@ -202,7 +181,6 @@ def init_distributed(
     else:
         _choice.update(backend=backend, reason="backend= given")
     if BACKEND_NAME in _backend_names(backend):
-        _refuse_shm_beside_other_devices(backend)
         register_backend()
     if not _backend_available(backend):
         missing = [n for n in _backend_names(backend) if not _one_backend_available(n)] or [backend]

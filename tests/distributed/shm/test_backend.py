@@ -56,6 +56,36 @@ def test_the_environment_and_the_argument_turn_it_on_and_off(
     assert shm_backend_wanted(False) == (False, "shm_backend=False")
 
 
+def test_the_factory_reads_whether_the_spec_names_other_backends(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config_class = dist.distributed_c10d.BackendConfig
+    register_backend()
+
+    def _new_process_group_helper(spec: str) -> bool | None:  # torch's name, as the factory sees
+        backend_config = config_class(dist.Backend(spec))  # noqa: F841  (read from this frame)
+        return backend_module._spec_names_other_backends()
+
+    assert _new_process_group_helper("anyaccel_shm") is False
+    assert _new_process_group_helper("cpu:anyaccel_shm") is False
+    assert _new_process_group_helper("cpu:anyaccel_shm,cuda:gloo") is True
+    assert backend_module._spec_names_other_backends() is None  # not inside torch: unknown
+
+    # a class that cannot be built: an error when the spec needs it, else the whole-group form
+    from anyaccel.ops.cpu.shm_backend import ShmBackendBuilder
+    from anyaccel.ops.errors import OpBuildError
+
+    def broken(self: object, verbose: bool = False) -> None:
+        raise OpBuildError("g++ failed: shm_backend.cpp:1: error")
+
+    monkeypatch.setattr(ShmBackendBuilder, "load", broken)
+    with pytest.raises(DistributedSetupError, match=r"g\+\+ failed.*new_group\(backend="):
+        backend_module._device_backend_module(spec_known=True)
+    with caplog.at_level("WARNING"):
+        assert backend_module._device_backend_module(spec_known=False) is None
+    assert "whole-group" in caplog.text
+
+
 def test_init_distributed_on_one_rank_picks_it_and_reports_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -631,6 +661,162 @@ def test_one_rank_on_gloo_and_another_native_fail_at_once_not_at_the_timeout() -
 
 
 # --- four ranks: every collective x dtype x op x size against the rank-order reference -------
+BESIDE = textwrap.dedent(
+    """
+    import gc, json, os
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from anyaccel.distributed import CollectiveError, init_distributed
+    spec = "cpu:anyaccel_shm,cuda:gloo"  # gloo stands in for nccl: any torch builds it for cuda
+    info = init_distributed(backend=spec, timeout=timedelta(seconds=60))
+    rank, size = info.rank, info.world_size
+    world = dist.group.WORLD
+    cpu, cuda = world._get_backend(torch.device("cpu")), world._get_backend(torch.device("cuda"))
+    shm = cpu.group  # the Python group the c10d Backend forwards to
+    kernel_calls = {}
+    class Counting:
+        def __init__(self, inner):
+            self.inner = inner
+        def __getattr__(self, name):
+            method = getattr(self.inner, name)
+            if name in ("failed", "close", "abandon"):
+                return method
+            def call(*args):
+                kernel_calls[name] = kernel_calls.get(name, 0) + 1
+                return method(*args)
+            return call
+    shm.shm.communicator = Counting(shm.shm.communicator)
+    gloo = dist.new_group(backend="gloo")
+    failures = []
+    def same(name, ours, theirs):
+        ours = ours if isinstance(ours, list) else [ours]
+        theirs = theirs if isinstance(theirs, list) else [theirs]
+        if not all(torch.equal(a, b) for a, b in zip(ours, theirs)) or len(ours) != len(theirs):
+            failures.append(name)
+    def data(n, seed, dtype=torch.float32):
+        gen = torch.Generator().manual_seed(seed * 10 + rank)
+        if dtype.is_floating_point:
+            return torch.randn(n, generator=gen).to(dtype)
+        return torch.randint(-50, 50, (n,), generator=gen).to(dtype)
+    R = dist.ReduceOp
+    for op in (R.SUM, R.MAX, R.AVG):
+        a = data(3001, 1); b = a.clone()
+        dist.all_reduce(a, op=op)
+        dist.all_reduce(b, op=R.SUM if op == R.AVG else op, group=gloo)
+        same(f"all_reduce {op}", a, b.div_(size) if op == R.AVG else b)
+    a = data(1001, 2, torch.int64); b = a.clone()  # integers: the group's own gloo fallback
+    dist.all_reduce(a); dist.all_reduce(b, group=gloo); same("all_reduce int64", a, b)
+    a = data(2000, 3, torch.bfloat16); b = a.clone()
+    work = dist.all_reduce(a, async_op=True); work.wait(); dist.all_reduce(b, group=gloo)
+    same("all_reduce async", [a, work.get_future().value()[0]], [b, b])
+    x = data(1000, 4)
+    ours = [torch.empty(1000) for _ in range(size)]
+    theirs = [torch.empty(1000) for _ in range(size)]
+    dist.all_gather(ours, x); dist.all_gather(theirs, x, group=gloo)
+    same("all_gather", ours, theirs)
+    ours = torch.empty(1000 * size); theirs = torch.empty_like(ours)
+    dist.all_gather_into_tensor(ours, x); dist.all_gather_into_tensor(theirs, x, group=gloo)
+    same("all_gather_into_tensor", ours, theirs)
+    ours = torch.empty(500); theirs = torch.empty(500)
+    dist.reduce_scatter_tensor(ours, x); dist.reduce_scatter_tensor(theirs, x, group=gloo)
+    same("reduce_scatter_tensor", ours, theirs)
+    ours = torch.empty(500)
+    dist.reduce_scatter(ours, list(x.chunk(size))); same("reduce_scatter", ours, theirs)
+    a = data(777, 5); b = a.clone()
+    dist.broadcast(a, 1); dist.broadcast(b, 1, group=gloo); same("broadcast", a, b)
+    dist.barrier()
+    native = dict(kernel_calls)
+    # what the c10d Backend hands to gloo directly
+    x = data(6 * size, 6)
+    ours, theirs = torch.empty_like(x), torch.empty_like(x)
+    dist.all_to_all_single(ours, x); dist.all_to_all_single(theirs, x, group=gloo)
+    same("all_to_all_single", ours, theirs)
+    if rank == 0:
+        dist.send(torch.arange(5.0), 1)
+    else:
+        got = torch.empty(5); dist.recv(got, 0); same("send/recv", got, torch.arange(5.0))
+    bucket = [torch.empty(3) for _ in range(size)] if rank == 0 else None
+    dist.gather(torch.full((3,), float(rank)), bucket, dst=0)
+    if rank == 0:
+        same("gather", bucket, [torch.full((3,), float(r)) for r in range(size)])
+    a = data(10, 7); b = a.clone()
+    dist.reduce(a, 0, op=R.MAX); dist.reduce(b, 0, op=R.MAX, group=gloo)
+    if rank == 0:
+        same("reduce", a, b)
+    # unchanged DDP code: the same losses as on gloo
+    def train(group):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                    torch.nn.Linear(32, 1))
+        ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+        gen = torch.Generator().manual_seed(100 + rank)
+        losses = []
+        for _ in range(4):
+            x = torch.randn(8, 16, generator=gen)
+            loss = torch.nn.functional.mse_loss(ddp(x), x.sum(1, keepdim=True))
+            opt.zero_grad(); loss.backward(); opt.step()
+            losses.append(loss.item())
+        return losses
+    ours, theirs = train(None), train(gloo)
+    if ours != theirs or len(set(ours)) < 3:
+        failures.append(f"DDP losses {ours} vs {theirs}")
+    # ranks that disagree: the group's own error, whole, on every rank
+    try:
+        dist.all_reduce(torch.ones(4 * (rank + 1)))
+        mismatch = "no error"
+    except CollectiveError as error:
+        mismatch = str(error)
+    # a subgroup of the same spec, made and destroyed: no mapping, fd or thread is left
+    def snapshot():
+        maps = open("/proc/self/maps").read().count("anyaccel-shm")
+        return [len(os.listdir("/proc/self/fd")), len(os.listdir("/proc/self/task")), maps]
+    seen = []
+    for cycle in range(8):
+        sub = dist.new_group(backend=spec)
+        t = torch.ones(100)
+        dist.all_reduce(t, group=sub)
+        if t[0] != size:
+            failures.append(f"subgroup {cycle}")
+        dist.destroy_process_group(sub)
+        del sub
+        gc.collect()
+        seen.append(snapshot())
+    result = {
+        "types": [type(world).__name__, type(cpu).__name__, type(cuda).__name__],
+        "backend": dist.get_backend(), "status": shm.status, "native": native,
+        "failures": failures, "mismatch": mismatch, "first": seen[1], "last": seen[-1],
+    }
+    dist.destroy_process_group()
+    gc.collect()
+    result["mapped_after"] = snapshot()[2]
+    print(json.dumps(result), flush=True)
+    """
+)
+
+
+@multiprocess
+def test_beside_another_devices_backend_it_serves_the_cpu_and_leaves_that_device_its_own() -> None:
+    # "cpu:anyaccel_shm,cuda:nccl": torch registers the c10d Backend for the CPU only
+    before = shm_entries()
+    outputs = finish(start_ranks(BESIDE))
+    assert shm_entries() - before == set()
+    for out in outputs:
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["failures"] == [], result["failures"]
+        assert result["types"] == ["ProcessGroup", "ShmBackend", "ProcessGroupGloo"]
+        assert result["backend"] == "cpu:anyaccel_shm,cuda:gloo"
+        assert result["status"] == "shared memory"
+        # native: 3 all_reduce + bf16 async; 2 gathers (+1 the fallback's announcement);
+        # 2 reduce-scatters; broadcast; barrier
+        assert result["native"]["all_reduce"] == 4, result["native"]
+        assert result["native"]["reduce_scatter"] == 2, result["native"]
+        assert result["native"]["broadcast"] == 1 and result["native"]["barrier"] == 1
+        assert "ranks called all_reduce with different tensors" in result["mismatch"]
+        assert result["last"] == result["first"], result  # cycles leak nothing
+        assert result["mapped_after"] == 0  # destroy_process_group released the segment
+
+
 FOUR_RANKS = textwrap.dedent(
     """
     import json, os

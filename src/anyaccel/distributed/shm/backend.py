@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -440,9 +441,61 @@ class ShmProcessGroup(dist.ProcessGroup):
         return _completed([])
 
 
-def _create(store: Any, rank: int, size: int, timeout: timedelta) -> ShmProcessGroup:
-    """The factory ``torch.distributed`` calls on every rank of a new group."""
-    return ShmProcessGroup(store, rank, size, timeout)
+def _spec_names_other_backends() -> bool | None:
+    """Whether the group torch is making maps other devices to other backends (None: unknown).
+
+    torch passes the factory no device map, so it is read from ``_new_process_group_helper``'s
+    ``backend_config`` a few frames up; a torch that no longer has it answers None.
+    """
+    frame: Any = sys._getframe(1)
+    for _ in range(6):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "_new_process_group_helper":
+            mapping = getattr(frame.f_locals.get("backend_config"), "get_device_backend_map", None)
+            if not callable(mapping):
+                return None
+            return any(str(name).lower() != BACKEND_NAME for name in mapping().values())
+        frame = frame.f_back
+    return None
+
+
+def _device_backend_module(spec_known: bool) -> Any:
+    """The compiled ``ShmBackendBuilder`` module; None where it cannot be built and need not be."""
+    from anyaccel.ops.cpu.shm_backend import ShmBackendBuilder
+    from anyaccel.ops.errors import OpError
+
+    try:
+        return ShmBackendBuilder().load()
+    except OpError as exc:
+        message = (
+            f"{BACKEND_NAME} beside another device's backend (such as "
+            f"'cpu:{BACKEND_NAME},cuda:nccl') needs anyaccel's c10d backend class, which could "
+            f"not be built here: {exc}. Install a C++ compiler and ninja, or use "
+            f"'cpu:gloo,cuda:nccl' with dist.new_group(backend='{BACKEND_NAME}') for the CPU "
+            "collectives"
+        )
+        if spec_known:
+            raise DistributedSetupError(message) from exc
+        logger.warning("%s; making the group as a whole-group %s instead", message, BACKEND_NAME)
+        return None
+
+
+def _create(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
+    """The factory ``torch.distributed`` calls on every rank of a new group.
+
+    A Python ``ProcessGroup`` when anyaccel_shm is the group's only backend. Beside other
+    backends (``"cpu:anyaccel_shm,cuda:nccl"``) torch would take a returned group as the whole
+    group and drop the other devices, so the same group goes behind a c10d ``Backend`` that
+    torch registers for the CPU only, next to the others (also where the spec cannot be read:
+    that form serves every spec).
+    """
+    beside_others = _spec_names_other_backends()
+    module = None if beside_others is False else _device_backend_module(bool(beside_others))
+    group = ShmProcessGroup(store, rank, size, timeout)
+    if module is None:
+        return group
+    return module.ShmBackend(rank, size, group, group.gloo)
 
 
 def backend_registered() -> bool:
