@@ -546,6 +546,14 @@ TWO_NODES = textwrap.dedent(
             dist.all_reduce(whole.copy_(x), group=group)
             if not torch.allclose(rs.float(), whole.float(), rtol=0, atol=atol):
                 failures.append(f"reduce_scatter_tensor {dtype} on {members} ranks")
+            dist.reduce_scatter(rs, [x] * members, group=group)
+            if not torch.allclose(rs.float(), whole.float(), rtol=0, atol=atol):
+                failures.append(f"reduce_scatter {dtype} on {members} ranks")
+            flat = torch.empty(members * x.numel(), dtype=dtype)
+            dist.all_gather_into_tensor(flat, x, group=group)
+            if not torch.equal(flat, torch.cat(ref[lo: lo + members])):
+                failures.append(f"all_gather_into_tensor {dtype} on {members} ranks")
+        dist.barrier(group=group)
     status = [dist.group.WORLD.status, mine.status]
     dist.destroy_process_group()
     print(json.dumps({"choice": choice, "status": status, "failures": failures}), flush=True)
@@ -788,6 +796,7 @@ BESIDE = textwrap.dedent(
         "failures": failures, "mismatch": mismatch, "first": seen[1], "last": seen[-1],
     }
     dist.destroy_process_group()
+    del world, cpu, cuda, shm  # torch < 2.5 shuts no plugin backend down: the last reference does
     gc.collect()
     result["mapped_after"] = snapshot()[2]
     print(json.dumps(result), flush=True)
@@ -813,7 +822,9 @@ def test_beside_another_devices_backend_it_serves_the_cpu_and_leaves_that_device
         assert result["native"]["reduce_scatter"] == 2, result["native"]
         assert result["native"]["broadcast"] == 1 and result["native"]["barrier"] == 1
         assert "ranks called all_reduce with different tensors" in result["mismatch"]
-        assert result["last"] == result["first"], result  # cycles leak nothing
+        # cycles leak nothing: no count grows (a connection torch closes late may shrink one)
+        pairs = zip(result["last"], result["first"], strict=True)
+        assert all(last <= first for last, first in pairs), result
         assert result["mapped_after"] == 0  # destroy_process_group released the segment
 
 
