@@ -16,7 +16,7 @@ from anyaccel.distributed.process_group import cpu_collectives
 from anyaccel.distributed.shm import backend as backend_module
 from anyaccel.distributed.shm.backend import register_backend, shm_backend_wanted
 
-from ..ranks import finish, multiprocess, shm_entries, start_ranks
+from ..ranks import finish, free_port, multiprocess, shm_entries, start_ranks
 
 
 def test_the_backend_is_registered_for_cpu_on_import() -> None:
@@ -126,6 +126,33 @@ def test_init_distributed_on_one_rank_picks_it_and_reports_why(
 
 
 # --- every collective against gloo, in one job of real ranks --------------------------------
+#: Five DDP steps of a small MLP on ``group`` (rank-seeded data): the losses and parameters.
+#: Pasted into the rank scripts at ``# @DDP_TRAIN@`` (indented as that line is).
+DDP_TRAIN = """\
+def train(group):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(100 + rank)
+    losses = []
+    for _ in range(5):
+        x = torch.randn(8, 16, generator=gen)
+        loss = torch.nn.functional.mse_loss(ddp(x), x.sum(1, keepdim=True))
+        opt.zero_grad(); loss.backward(); opt.step()
+        losses.append(loss.item())
+    return losses, [p.detach() for p in model.parameters()]
+"""
+
+
+def with_ddp_train(script: str) -> str:
+    """``script`` with :data:`DDP_TRAIN` in place of its ``# @DDP_TRAIN@`` line."""
+    marker = "# @DDP_TRAIN@\n"
+    start = script.index(marker)
+    indent = script[script.rindex("\n", 0, start) + 1 : start]
+    return script.replace(indent + marker, textwrap.indent(DDP_TRAIN, indent), 1)
+
+
 AGAINST_GLOO = textwrap.dedent(
     """
     import json, os, sys
@@ -290,20 +317,7 @@ AGAINST_GLOO = textwrap.dedent(
         if gathered != [{"rank": r} for r in range(size)]:
             failures.append(f"all_gather_object: {gathered}")
     # unchanged DDP code: the same losses and parameters as on gloo
-    def train(group):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
-                                    torch.nn.Linear(32, 1))
-        ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-        gen = torch.Generator().manual_seed(100 + rank)
-        losses = []
-        for _ in range(5):
-            x = torch.randn(8, 16, generator=gen)
-            loss = torch.nn.functional.mse_loss(ddp(x), x.sum(1, keepdim=True))
-            opt.zero_grad(); loss.backward(); opt.step()
-            losses.append(loss.item())
-        return losses, [p.detach() for p in model.parameters()]
+    # @DDP_TRAIN@
     (ours, ours_params), (theirs, theirs_params) = train(None), train(gloo)
     check("DDP parameters", ours_params, theirs_params)
     checks += 1
@@ -371,6 +385,7 @@ AGAINST_GLOO = textwrap.dedent(
     os._exit(0)
     """
 )
+AGAINST_GLOO = with_ddp_train(AGAINST_GLOO)
 
 
 @multiprocess
@@ -501,7 +516,7 @@ def test_create_and_destroy_cycles_leak_no_mapping_fd_or_thread() -> None:
 # --- four ranks as two simulated nodes: gloo across nodes, shared memory within one ----------
 TWO_NODES = textwrap.dedent(
     """
-    import json
+    import json, os, sys
     from datetime import timedelta
     import torch, torch.distributed as dist
     from anyaccel.distributed import backend_choice, init_distributed
@@ -509,6 +524,9 @@ TWO_NODES = textwrap.dedent(
     rank, size = info.rank, info.world_size
     choice = backend_choice()["backend"]
     dist.destroy_process_group()
+    # a second rendezvous on its own port: on the first one, a fast rank could reach rank 0's
+    # old store, about to be destroyed, instead of its new one
+    os.environ["MASTER_PORT"] = sys.argv[1]
     info = init_distributed(backend="anyaccel_shm", timeout=timedelta(seconds=60))
     gloo = dist.new_group(backend="gloo")
     node = dist.new_group([0, 1]), dist.new_group([2, 3])  # every rank creates both
@@ -563,7 +581,7 @@ TWO_NODES = textwrap.dedent(
 
 @multiprocess
 def test_four_ranks_on_two_nodes_use_gloo_across_and_shared_memory_within() -> None:
-    outputs = finish(start_ranks(TWO_NODES, 4, nodes=2))
+    outputs = finish(start_ranks(TWO_NODES, 4, str(free_port()), nodes=2))
     for out in outputs:
         result = json.loads(out.strip().splitlines()[-1])
         assert result["choice"] == "gloo"  # asked for, but the job spans two nodes
@@ -752,21 +770,8 @@ BESIDE = textwrap.dedent(
     if rank == 0:
         same("reduce", a, b)
     # unchanged DDP code: the same losses as on gloo
-    def train(group):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
-                                    torch.nn.Linear(32, 1))
-        ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-        gen = torch.Generator().manual_seed(100 + rank)
-        losses = []
-        for _ in range(4):
-            x = torch.randn(8, 16, generator=gen)
-            loss = torch.nn.functional.mse_loss(ddp(x), x.sum(1, keepdim=True))
-            opt.zero_grad(); loss.backward(); opt.step()
-            losses.append(loss.item())
-        return losses
-    ours, theirs = train(None), train(gloo)
+    # @DDP_TRAIN@
+    (ours, _), (theirs, _) = train(None), train(gloo)
     if ours != theirs or len(set(ours)) < 3:
         failures.append(f"DDP losses {ours} vs {theirs}")
     # ranks that disagree: the group's own error, whole, on every rank
@@ -802,6 +807,7 @@ BESIDE = textwrap.dedent(
     print(json.dumps(result), flush=True)
     """
 )
+BESIDE = with_ddp_train(BESIDE)
 
 
 @multiprocess
