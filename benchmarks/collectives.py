@@ -11,8 +11,9 @@ buffer and adds the ranks' buffers into it with torch, chunk by chunk: the least
 traffic a shared-memory all_reduce needs) and our time over it (the issue asks for at most
 2x). Last, a DDP training step of a small MLP on each group (the same model and data on
 both), interleaved the same way.
-Run: ``python benchmarks/collectives.py [--ranks 2] [--rounds 7] [--sizes 1,64]`` (spawns the
-ranks itself).
+Run: ``python benchmarks/collectives.py [--ranks 2] [--rounds 7] [--sizes 1,64] [--spec S]``
+(spawns the ranks itself); ``--spec cpu:anyaccel_shm,cuda:gloo`` times the form anyaccel_shm
+takes beside another device's backend (a C++ c10d Backend forwarding to the same group).
 """
 
 from __future__ import annotations
@@ -153,16 +154,18 @@ def ddp_steps(rounds: int, gloo: Any, ours: Any) -> tuple[float, float]:
     return g, o
 
 
-def run(rounds: int, sizes_mib: list[int]) -> None:
+def run(rounds: int, sizes_mib: list[int], spec: str | None) -> None:
     from anyaccel.distributed import backend_choice, init_distributed
 
-    info = init_distributed(shm_backend=True)
+    info = init_distributed(spec, shm_backend=True)
     rank, size = info.rank, info.world_size
     gloo = dist.new_group(backend="gloo")
     ours = dist.group.WORLD
+    cpu_side = ours._get_backend(torch.device("cpu")) if spec else ours  # the C++ Backend's group
+    status = getattr(getattr(cpu_side, "group", cpu_side), "status", "?")
     if rank == 0:
         print(f"ranks: {size}, fp32, default group: {dist.get_backend()} "
-              f"({getattr(ours, 'status', '?')}; {backend_choice()['reason']}), "
+              f"({status}; {backend_choice()['reason']}), "
               f"torch {torch.__version__}, {os.cpu_count()} CPUs")  # fmt: skip
         print(f"{'collective':>24} {'size':>7} {'gloo ms':>9} {'shm ms':>9} {'speed-up':>9}")
     warnings.filterwarnings("ignore", category=FutureWarning)  # reduce_scatter_tensor's rename
@@ -206,12 +209,14 @@ def run(rounds: int, sizes_mib: list[int]) -> None:
     dist.destroy_process_group()
 
 
-def spawned(rank: int, world_size: int, port: int, rounds: int, sizes: list[int]) -> None:
+def spawned(
+    rank: int, world_size: int, port: int, rounds: int, sizes: list[int], spec: str | None
+) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
                       LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port), DS_ACCELERATOR="cpu")  # fmt: skip
     torch.set_num_threads(1)
-    run(rounds, sizes)
+    run(rounds, sizes, spec)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,12 +224,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--sizes", default="1,64", help="MiB per rank, comma-separated")
+    parser.add_argument(
+        "--spec",
+        default=None,
+        help="the default group's backend spec, such as cpu:anyaccel_shm,cuda:gloo (the C++ "
+        "Backend form anyaccel_shm takes beside other devices); default: anyaccel_shm alone",
+    )
     args = parser.parse_args(argv)
     sizes = [int(part) for part in args.sizes.split(",")]
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
-    mp.spawn(spawned, args=(args.ranks, port, args.rounds, sizes), nprocs=args.ranks)
+    mp.spawn(spawned, args=(args.ranks, port, args.rounds, sizes, args.spec), nprocs=args.ranks)
     return 0
 
 
