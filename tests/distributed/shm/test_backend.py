@@ -751,6 +751,11 @@ BESIDE = textwrap.dedent(
     a = data(777, 5); b = a.clone()
     dist.broadcast(a, 1); dist.broadcast(b, 1, group=gloo); same("broadcast", a, b)
     dist.barrier()
+    # anyaccel's own entry point on torch's group: the same segment, not a second set-up
+    from anyaccel.distributed import all_reduce as anyaccel_all_reduce, shm_all_reduce_status
+    a = data(999, 8); b = a.clone()
+    anyaccel_all_reduce(a); dist.all_reduce(b, group=gloo); same("anyaccel all_reduce", a, b)
+    shared = shm_all_reduce_status(world)
     native = dict(kernel_calls)
     # what the c10d Backend hands to gloo directly
     x = data(6 * size, 6)
@@ -799,6 +804,7 @@ BESIDE = textwrap.dedent(
         "types": [type(world).__name__, type(cpu).__name__, type(cuda).__name__],
         "backend": dist.get_backend(), "status": shm.status, "native": native,
         "failures": failures, "mismatch": mismatch, "first": seen[1], "last": seen[-1],
+        "shared": shared,
     }
     dist.destroy_process_group()
     del world, cpu, cuda, shm  # torch < 2.5 shuts no plugin backend down: the last reference does
@@ -824,7 +830,9 @@ def test_beside_another_devices_backend_it_serves_the_cpu_and_leaves_that_device
         assert result["status"] == "shared memory"
         # native: 3 all_reduce + bf16 async; 2 gathers (+1 the fallback's announcement);
         # 2 reduce-scatters; broadcast; barrier
-        assert result["native"]["all_reduce"] == 4, result["native"]
+        # 5 all_reduce: 4 through torch and anyaccel's own on the same segment
+        assert result["native"]["all_reduce"] == 5, result["native"]
+        assert result["shared"] == "shared memory"
         assert result["native"]["reduce_scatter"] == 2, result["native"]
         assert result["native"]["broadcast"] == 1 and result["native"]["barrier"] == 1
         assert "ranks called all_reduce with different tensors" in result["mismatch"]

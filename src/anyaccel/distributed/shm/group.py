@@ -290,13 +290,35 @@ def _set_up_segment(gather: Gather, size: int, me: int, state: ShmGroup) -> None
     state.communicator, state.reason = communicator, ""
 
 
+def _owned_by_cpu_backend(group: Any) -> ShmGroup | None:
+    """The state of the anyaccel_shm group behind ``group``'s CPU backend, if it is one.
+
+    Beside other devices' backends (``"cpu:anyaccel_shm,cuda:nccl"``) torch's group holds
+    anyaccel_shm as a c10d ``Backend`` whose ``group`` is the Python group that owns a segment:
+    calls on torch's group share that segment instead of setting up a second one.
+    """
+    get_backend = getattr(group, "_get_backend", None)
+    if not callable(get_backend):
+        return None
+    try:
+        backend = get_backend(torch.device("cpu"))
+    except Exception:  # no CPU backend in this group (torch's error type varies by version)
+        return None
+    state = getattr(getattr(backend, "group", None), "shm", None)
+    return state if isinstance(state, ShmGroup) else None
+
+
 def _registered(group: Any) -> ShmGroup:
     """The state this process keeps for ``group``, made (not yet set up) on first sight."""
     with _lock:
         entry = _groups.get(id(group))
         if entry is not None and entry[0]() is group:
             return entry[1]
-        state = ShmGroup()
+    state = _owned_by_cpu_backend(group) or ShmGroup()
+    with _lock:
+        entry = _groups.get(id(group))
+        if entry is not None and entry[0]() is group:  # another thread got here first
+            return entry[1]
         _groups[id(group)] = (weakref.ref(group, _forget(id(group))), state)
         return state
 
