@@ -126,19 +126,22 @@ def test_init_distributed_on_one_rank_picks_it_and_reports_why(
 
 
 # --- every collective against gloo, in one job of real ranks --------------------------------
-#: Five DDP steps of a small MLP on ``group`` (rank-seeded data): the losses and parameters.
-#: Pasted into the rank scripts at ``# @DDP_TRAIN@`` (indented as that line is).
+#: ``steps`` training steps of a small MLP on ``group`` (rank-seeded data), wrapped by ``wrap``
+#: (DDP by default; FSDP...): the losses and the parameters. Pasted into the rank scripts at
+#: ``# @DDP_TRAIN@`` (indented as that line is).
 DDP_TRAIN = """\
-def train(group):
+def ddp(model, group):
+    return torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+def train(group, wrap=ddp, steps=5):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    wrapped = wrap(model, group)
+    opt = torch.optim.SGD(wrapped.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(100 + rank)
     losses = []
-    for _ in range(5):
+    for _ in range(steps):
         x = torch.randn(8, 16, generator=gen)
-        loss = torch.nn.functional.mse_loss(ddp(x), x.sum(1, keepdim=True))
+        loss = torch.nn.functional.mse_loss(wrapped(x), x.sum(1, keepdim=True))
         opt.zero_grad(); loss.backward(); opt.step()
         losses.append(loss.item())
     return losses, [p.detach() for p in model.parameters()]
@@ -327,20 +330,6 @@ AGAINST_GLOO = textwrap.dedent(
     import warnings
     warnings.filterwarnings("ignore")
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    def train_sharded(group, wrap):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(),
-                                    torch.nn.Linear(64, 1))
-        model = wrap(model, group)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05)
-        gen = torch.Generator().manual_seed(100 + rank)
-        losses = []
-        for _ in range(4):
-            x = torch.randn(8, 16, generator=gen)
-            loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
-            opt.zero_grad(); loss.backward(); opt.step()
-            losses.append(loss.item())
-        return losses
     def fsdp1(model, group):
         return FSDP(model, process_group=group, device_id=torch.device("cpu"))
     wraps = {"FSDP": fsdp1}
@@ -356,7 +345,7 @@ AGAINST_GLOO = textwrap.dedent(
     sharded = {}
     for name, wrap in wraps.items():
         before = dict(kernel.calls)
-        ours, theirs = train_sharded(None, wrap), train_sharded(gloo, wrap)
+        ours, theirs = train(None, wrap, 4)[0], train(gloo, wrap, 4)[0]
         checks += 1
         if ours != theirs or len(set(ours)) < 3:
             failures.append(f"{name} losses: {ours} vs {theirs}")
