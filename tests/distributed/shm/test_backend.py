@@ -69,6 +69,7 @@ def test_the_factory_reads_whether_the_spec_names_other_backends(
     assert _new_process_group_helper("anyaccel_shm") is False
     assert _new_process_group_helper("cpu:anyaccel_shm") is False
     assert _new_process_group_helper("cpu:anyaccel_shm,cuda:gloo") is True
+    assert _new_process_group_helper("cuda:gloo,cpu:anyaccel_shm") is True  # either order
     assert backend_module._spec_names_other_backends() is None  # not inside torch: unknown
 
     # a class that cannot be built: an error when the spec needs it, else the whole-group form
