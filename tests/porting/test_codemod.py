@@ -535,3 +535,45 @@ def test_a_file_with_classic_mac_line_ends_ports_and_keeps_them() -> None:
     assert "x = torch.zeros(3).to(get_accelerator().current_device_name())\r" in result.ported
     assert ast.parse(result.ported) is not None
     assert "+x = torch.zeros(3).to(" in result.diff()
+
+
+FSDP_IMPORT = "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("m = FSDP(m, device_id=torch.cuda.current_device())",
+         "m = FSDP(m, device_id=get_accelerator().current_device_name())"),
+        ("m = FSDP(m, device_id=local_rank)",
+         "m = FSDP(m, device_id=get_accelerator().device_name(local_rank))"),
+        ("m = FSDP(m, device_id=0)", "m = FSDP(m, device_id=get_accelerator().device_name(0))"),
+        ("m = torch.distributed.fsdp.FullyShardedDataParallel(m, device_id=args.gpu)",
+         "m = torch.distributed.fsdp.FullyShardedDataParallel(m, "
+         "device_id=get_accelerator().device_name(args.gpu))"),
+    ],
+)  # fmt: skip
+def test_fsdp_device_id_ports_to_a_device_name(before: str, after: str) -> None:
+    # FSDP reads device_id with torch.device(): an index raises on a host without CUDA
+    source = f"import torch\n{FSDP_IMPORT}{before}\n"
+    assert {f.code for f in check_source(source)} <= {"ACC003", "ACC043"}  # reported before
+    assert check_source(source)
+    result = port_source(source)
+    assert result.ported == f"import torch\n{FSDP_IMPORT}{IMPORT}\n{after}\n"
+    assert result.left == [] and check_source(result.ported) == []
+    assert port_source(result.ported).ported == result.ported
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "m = FSDP(m, device_id=torch.device('cpu'))",  # already a device
+        "m = FSDP(m, device_id=device)",  # a name that holds a device, not an index
+        "m = other(m, device_id=0)",  # not FSDP: its device_id may be anything
+        "ok = device_id == 0",  # a comparison, not a keyword
+    ],
+)
+def test_fsdp_device_ids_that_are_not_indices_are_left(source: str) -> None:
+    text = f"import torch\n{FSDP_IMPORT}{source}\n"
+    assert port_source(text).ported == text
+    assert check_source(text) == []

@@ -206,3 +206,54 @@ def test_github_annotations_escape_commas_colons_and_newlines_in_file_names(
     for code, char in (("%2C", ","), ("%3A", ":"), ("%0A", "\n"), ("%0D", "\r"), ("%25", "%")):
         decoded = decoded.replace(code, char)
     assert decoded == name and properties["line"] == "2", properties
+
+
+FSDP_SCRIPT = """\
+import os
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+local_rank = int(os.environ["LOCAL_RANK"])
+dist.init_process_group("gloo", rank=0, world_size=1)
+model = FSDP(torch.nn.Linear(8, 1), device_id=local_rank)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.ones(4, 8)
+for step in range(3):
+    loss = model(x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    print(f"step {step} loss {loss.item():.4f}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_ported_fsdp_script_trains_on_the_cpu_where_the_original_fails(tmp_path: Path) -> None:
+    import socket
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the original runs as well on a machine with CUDA")
+    (tmp_path / "train.py").write_text(FSDP_SCRIPT)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    env = {**os.environ, "PYTHONPATH": str(SRC), "DS_ACCELERATOR": "cpu", "LOCAL_RANK": "0",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}  # fmt: skip
+
+    def train() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "train.py"], capture_output=True, text=True,
+                              cwd=tmp_path, env=env, timeout=120)  # fmt: skip
+
+    original = train()
+    assert original.returncode != 0 and "step 0" not in original.stdout  # torch.device(0)
+    result = run_cli("port", "--write", "train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "train.py").read_text()
+    assert "device_id=get_accelerator().device_name(local_rank)" in text
+    ported = train()
+    assert ported.returncode == 0, ported.stderr[-2000:]
+    losses = [float(line.split()[-1]) for line in ported.stdout.splitlines()]
+    assert len(losses) == 3 and losses[2] < losses[0]  # it trains

@@ -45,7 +45,9 @@ TRIGGER = re.compile(
     # torch.device(i) and device=i, where i may be an index (is_index decides)
     r"|\bdevice\(\s*(?:\d|int\(|[A-Za-z_][\w.]*\s*\))"
     r"|\bdevice\s*=\s*(?:\d|int\(|[\w.]*(?:rank|gpu|gpu_id|gpu_idx|gpu_index|device_id|"
-    r"device_idx|device_index|device_ordinal)\b))"
+    r"device_idx|device_index|device_ordinal)\b)"
+    # FSDP's device_id=i (is_index and the call decide)
+    r"|\bdevice_id\s*=(?!=))"
 )
 _IGNORE = re.compile(r"#\s*anyaccel:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -341,6 +343,8 @@ class _Visitor(ast.NodeVisitor):
             self._index_as_device(_keyword(node, "device"))
         if qualified is not None and qualified.rsplit(".", 1)[-1] == "DistributedDataParallel":
             self._ddp(node)
+        if qualified is not None and qualified.rsplit(".", 1)[-1] == "FullyShardedDataParallel":
+            self._index_as_device(_keyword(node, "device_id"))  # FSDP's device, as torch.device
         for keyword in node.keywords:
             if keyword.arg in PROCESS_COUNT_KEYWORDS:
                 self._mark_process_count(keyword.value)

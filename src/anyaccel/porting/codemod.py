@@ -47,6 +47,9 @@ _T = TypeVar("_T")
 _AUTOCAST_PARAMETERS = ("enabled", "dtype", "cache_enabled")
 #: Keyword arguments that take a device, where ``current_device()`` must become a name.
 _DEVICE_KEYWORDS = frozenset({"device", "map_location"})
+#: FSDP's ``device_id=`` names a device: an index there is ``torch.device(index)``, which
+#: raises on a host without that accelerator.
+_FSDP = "FullyShardedDataParallel"
 #: Names that visibly hold a device index, so ``.cuda(name)`` ports to ``device_name(name)``.
 _INDEX_NAME = re.compile(r"(?:^|_)(?:rank|gpu|gpu_id|gpu_index|device_id|device_index|idx|index)$")
 _DEVICE_STRING = re.compile(r"cuda(?::(\d+))?")
@@ -169,6 +172,11 @@ def _hunk_range(start: int, stop: int) -> str:
     if length == 1:
         return f"{start + 1}"
     return f"{start if length == 0 else start + 1},{length}"
+
+
+def _is_fsdp(qualified: str | None) -> bool:
+    """Whether ``qualified`` names FSDP's wrapper (``FullyShardedDataParallel``, any alias)."""
+    return qualified is not None and qualified.rsplit(".", 1)[-1] == _FSDP
 
 
 def _accelerator(method: str, *args: cst.Arg) -> cst.Call:
@@ -335,8 +343,11 @@ class _Porter(cst.CSTTransformer):
         is_to = isinstance(func, cst.Attribute) and func.attr.value == "to"
         if is_to and node.args and node.args[0].keyword is None:
             self._device_positions.add(id(node.args[0].value))
+        fsdp = _is_fsdp(self.qualified(func))
         for arg in node.args:
-            if arg.keyword is not None and arg.keyword.value in _DEVICE_KEYWORDS:
+            if arg.keyword is not None and (
+                arg.keyword.value in _DEVICE_KEYWORDS or (fsdp and arg.keyword.value == "device_id")
+            ):
                 self._device_positions.add(id(arg.value))
         qualified = self.qualified(func)
         kind = classify(qualified) if qualified else None
@@ -421,6 +432,9 @@ class _Porter(cst.CSTTransformer):
             return None
         if qualified is not None and qualified.rsplit(".", 1)[-1] == "DistributedDataParallel":
             return self._ddp(updated)
+        if _is_fsdp(qualified):
+            indexed = self._index_argument(updated, positional=False, keyword="device_id")
+            return indexed if indexed is not updated else None
         if qualified is not None and qualified.startswith("torch."):
             one = qualified == "torch.device" and len(original.args) == 1
             indexed = self._index_argument(updated, positional=one)
@@ -447,12 +461,14 @@ class _Porter(cst.CSTTransformer):
             return is_index(tree)
         return is_index(tree, self.index_names())
 
-    def _index_argument(self, call: cst.Call, *, positional: bool) -> cst.Call:
-        """``call`` with its device argument (first or ``device=``) wrapped in ``device_name``."""
+    def _index_argument(
+        self, call: cst.Call, *, positional: bool, keyword: str = "device"
+    ) -> cst.Call:
+        """``call`` with its device argument (first or ``keyword=``) wrapped in ``device_name``."""
         args = list(call.args)
         for position, arg in enumerate(args):
             first = positional and position == 0 and arg.keyword is None and not arg.star
-            if first or (arg.keyword is not None and arg.keyword.value == "device"):
+            if first or (arg.keyword is not None and arg.keyword.value == keyword):
                 if not self._is_index_node(arg.value):
                     return call
                 self.rewrites += 1
