@@ -226,6 +226,7 @@ for step in range(3):
     opt.step()
     print(f"step {step} loss {loss.item():.4f}", flush=True)
 dist.destroy_process_group()
+os._exit(0)  # past torch's gloo exit abort (docs/distributed.md): this tests the port
 """
 
 
