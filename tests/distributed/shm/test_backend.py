@@ -513,6 +513,9 @@ TWO_NODES = textwrap.dedent(
     info = init_distributed(timeout=timedelta(seconds=60), shm_backend=True)
     rank, size = info.rank, info.world_size
     choice = backend_choice()["backend"]
+    # every rank's gloo mesh is connected before any rank tears it down: a rank still
+    # connecting to one that already destroyed the group fails ("Connection closed by peer")
+    dist.barrier()
     dist.destroy_process_group()
     # a second rendezvous on its own port: on the first one, a fast rank could reach rank 0's
     # old store, about to be destroyed, instead of its new one
