@@ -376,7 +376,7 @@ class ShmProcessGroup(dist.ProcessGroup):
             return _completed(outputs)
         self._to_gloo("reduce_scatter")
         # only parts of the output's size and dtype: uneven parts are gloo's to judge
-        if source is not None and self._scattered_on_gloo(outputs[0], source, opts):
+        if source is not None and self._scattered_on_gloo(outputs[0], source, opts, owned=True):
             return _completed(outputs)
         return self.gloo.reduce_scatter(outputs, inputs, opts)
 
@@ -393,8 +393,13 @@ class ShmProcessGroup(dist.ProcessGroup):
             output, tensor, opts
         )
 
-    def _scattered_on_gloo(self, output: torch.Tensor, source: torch.Tensor, opts: Any) -> bool:
+    def _scattered_on_gloo(
+        self, output: torch.Tensor, source: torch.Tensor, opts: Any, *, owned: bool = False
+    ) -> bool:
         """Reduce-scatter through gloo's all_reduce of the whole input; False: leave it to gloo.
+
+        ``owned``: ``source`` is this call's own copy (the list form's concatenation), reduced
+        in place; otherwise it is the caller's input, reduced in a copy.
 
         gloo's own reduce-scatter is missing (the list form) or ignores the op (every op sums)
         on older torch (2.4 at least), so a fallback that is not a sum would come back wrong;
@@ -410,7 +415,7 @@ class ShmProcessGroup(dist.ProcessGroup):
             or source.dtype != output.dtype
         ):
             return False
-        whole = source.detach().reshape(-1).clone()
+        whole = source.reshape(-1) if owned else source.detach().reshape(-1).clone()
         options = _C10D.AllreduceOptions()
         options.reduceOp = op
         options.timeout = opts.timeout
