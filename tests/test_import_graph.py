@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "vocabulary",
         (
             "anyaccel.errors",
+            "anyaccel.extras",
             "anyaccel.forksafe",
             "anyaccel.probe",
             "anyaccel.tensor_types",

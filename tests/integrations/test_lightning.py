@@ -493,7 +493,7 @@ def test_a_version_outside_the_range_is_refused(
         integration._require_lightning()
     assert "lightning 2.4.0 is installed" in str(caught.value)
     assert integration.SUPPORTED_LIGHTNING in str(caught.value)
-    assert "anyaccel[lightning]" in str(caught.value)
+    assert "pip install -e '.[lightning]'" in str(caught.value)
 
 
 def test_import_anyaccel_loads_no_lightning(simulated: dict[str, Any]) -> None:
@@ -503,7 +503,7 @@ def test_import_anyaccel_loads_no_lightning(simulated: dict[str, Any]) -> None:
 def test_missing_lightning_names_the_extra(simulated: dict[str, Any]) -> None:
     message = simulated["bad_installs"]["missing"]
     assert message.startswith("LightningUnavailableError: "), message
-    assert "anyaccel[lightning]" in message
+    assert "pip install -e '.[lightning]'" in message
 
 
 def test_unsupported_lightning_is_refused_and_nothing_is_half_done(

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from anyaccel.cli.check import path_argument
+from anyaccel.extras import install_hint
 from anyaccel.porting.config import ConfigError, find_config
 from anyaccel.porting.source_files import iter_python_files
 from anyaccel.porting.source_text import (
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         import anyaccel.porting.codemod  # noqa: F401  (libcst is needed)
     except ImportError as error:
         print(
-            f"anyaccel port: needs libcst ({error}); install it with: pip install 'anyaccel[port]'",
+            f"anyaccel port: needs libcst ({error}); install it with: {install_hint('port')}",
             file=sys.stderr,
         )
         return 2

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from anyaccel.errors import AcceleratorError, AnyaccelWarning
+from anyaccel.extras import install_hint
 from anyaccel.forksafe import ForkSafeLock
 
 if TYPE_CHECKING:
@@ -45,9 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACCELERATE_FP16_DEVICES",
-    "EXTRA",
     "SUPPORTED_VERSIONS",
-    "TRANSFORMERS_EXTRA",
     "AccelerateIntegrationError",
     "AccelerateNotInstalledError",
     "AccelerateStateConflictError",
@@ -67,13 +66,6 @@ __all__ = [
     "report_section",
     "uninstall",
 ]
-
-#: The extras that install the frameworks this module bridges: accelerate alone (custom
-#: loops), and transformers on top of it (the ``Trainer``), so accelerate users need not pull
-#: transformers, tokenizers and the hub client.
-EXTRA = "anyaccel[accelerate]"
-TRANSFORMERS_EXTRA = "anyaccel[transformers]"
-_EXTRAS = {"accelerate": EXTRA, "transformers": TRANSFORMERS_EXTRA}
 
 
 class SupportedRange(NamedTuple):
@@ -180,7 +172,7 @@ def check_versions(require_transformers: bool = False) -> dict[str, str | None]:
             if package == "accelerate" or require_transformers:
                 raise AccelerateNotInstalledError(
                     f"{package} is not installed; anyaccel's accelerate integration needs "
-                    f"{supported}. Install it with: pip install '{_EXTRAS[package]}'"
+                    f"{supported}. Install it with: {install_hint(package)}"
                 )
             continue
         try:
@@ -191,7 +183,7 @@ def check_versions(require_transformers: bool = False) -> dict[str, str | None]:
             raise UnsupportedVersionError(
                 f"{package} {version} is installed, but anyaccel's accelerate integration "
                 f"supports {supported} (tested with accelerate 1.15.0 and transformers 5.23.0). "
-                f"Install a supported version: pip install '{_EXTRAS[package]}'"
+                f"Install a supported version: {install_hint(package)}"
             )
     return found
 
@@ -578,7 +570,7 @@ class Explanation:
             rows.append(("install()", f"refused: {self.install_refused}"))
         rows.extend((f"limit: {name}", text) for name, text in self.limits.items())
         versions = ", ".join(
-            f"{name} {version}" if version else f"{name} not installed ({_EXTRAS[name]})"
+            f"{name} {version}" if version else f"{name} not installed ({install_hint(name)})"
             for name, version in self.versions.items()
         )
         rows.append(("versions", versions))
@@ -682,7 +674,10 @@ def explain(accelerator: Accelerator | None = None) -> Explanation:
 def report_section(accelerator: Accelerator) -> dict[str, Any]:
     """The ``accelerate`` section of ``anyaccel report``: :func:`explain` as data, never raising."""
     if importlib.util.find_spec("accelerate") is None:
-        return {"installed": False, "note": f"accelerate is not installed (pip install '{EXTRA}')"}
+        return {
+            "installed": False,
+            "note": f"accelerate is not installed ({install_hint('accelerate')})",
+        }
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

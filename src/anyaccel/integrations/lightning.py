@@ -97,7 +97,12 @@ _STOCK_DDP: dict[str, str] = {
     "ddp_notebook": "anyaccel_ddp_fork",
 }
 
-_EXTRA_HINT = 'Install it with `pip install "anyaccel[lightning]"`.'
+
+def _extra_hint() -> str:
+    """How to install the ``lightning`` extra, in a line that works from a wheel or a clone."""
+    from anyaccel.extras import install_hint
+
+    return f"Install it with `{install_hint('lightning')}`."
 
 
 class LightningUnavailableError(AcceleratorError, ImportError):
@@ -134,7 +139,7 @@ def _require_lightning() -> dict[str, str]:
     """
     found: dict[str, str] = {}
     if importlib.util.find_spec("lightning") is not None:
-        fix = f"{_EXTRA_HINT[:-1]} (it pins a supported version)."
+        fix = f"{_extra_hint()[:-1]} (it pins a supported version)."
         found["lightning"] = _checked_version("lightning", fix)
     if importlib.util.find_spec("pytorch_lightning") is not None:
         pins = f'"pytorch_lightning{SUPPORTED_LIGHTNING}" "lightning_fabric{SUPPORTED_LIGHTNING}"'
@@ -149,7 +154,7 @@ def _require_lightning() -> dict[str, str]:
     if not found:
         raise LightningUnavailableError(
             "anyaccel.integrations.lightning needs the `lightning` package (or the standalone "
-            f"`pytorch_lightning` with `lightning_fabric`). {_EXTRA_HINT}"
+            f"`pytorch_lightning` with `lightning_fabric`). {_extra_hint()}"
         )
     return found
 
