@@ -32,6 +32,8 @@ _EXPORTS: dict[str, str] = {
     "InvalidAcceleratorError": "anyaccel.errors",
     "UnknownAcceleratorError": "anyaccel.errors",
     "UnsupportedFeatureError": "anyaccel.errors",
+    "autocast_dtype": "anyaccel.precision",
+    "grad_scaler_applies": "anyaccel.precision",
 }
 
 __all__ = [
@@ -47,9 +49,11 @@ __all__ = [
     "UnknownAcceleratorError",
     "UnsupportedFeatureError",
     "__version__",
+    "autocast_dtype",
     "detect_accelerator",
     "detection_report",
     "get_accelerator",
+    "grad_scaler_applies",
     "is_current_accelerator_supported",
     "reset_accelerator",
     "set_accelerator",

@@ -51,16 +51,39 @@ REWRITES = [
     ("d = f'cuda:{rank}'", "d = get_accelerator().device_name(rank)"),
     (
         "with torch.cuda.amp.autocast(): pass",
-        "with torch.autocast(device_type=get_accelerator().device_name()): pass",
+        "with torch.autocast(device_type=get_accelerator().device_name(), "
+        "dtype=autocast_dtype(torch.float16)): pass",
     ),
     (
         "with torch.cuda.amp.autocast(True, torch.bfloat16): pass",
         "with torch.autocast(device_type=get_accelerator().device_name(), enabled=True, "
-        "dtype=torch.bfloat16): pass",
+        "dtype=autocast_dtype(torch.bfloat16)): pass",
+    ),
+    (
+        "with torch.autocast('cuda'): pass",
+        "with torch.autocast(get_accelerator().device_name(), "
+        "dtype=autocast_dtype(torch.float16)): pass",
+    ),
+    (
+        "with torch.amp.autocast(device_type='cuda', dtype=torch.float16, enabled=amp): pass",
+        "with torch.amp.autocast(device_type=get_accelerator().device_name(), "
+        "dtype=autocast_dtype(torch.float16), enabled=amp): pass",
+    ),
+    (
+        "s = torch.amp.GradScaler('cuda', enabled=args.amp)",
+        "s = torch.amp.GradScaler(get_accelerator().device_name(), "
+        "enabled=grad_scaler_applies() and args.amp)",
+    ),
+    (
+        "s = torch.cuda.amp.GradScaler(2.0**16, 2.0, 0.5, 2000, amp or debug)",
+        "s = torch.amp.GradScaler(get_accelerator().device_name(), init_scale=2.0**16, "
+        "growth_factor=2.0, backoff_factor=0.5, growth_interval=2000, "
+        "enabled=grad_scaler_applies() and (amp or debug))",
     ),
     (
         "s = torch.cuda.amp.GradScaler(init_scale=2.0**10)",
-        "s = torch.amp.GradScaler(get_accelerator().device_name(), init_scale=2.0**10)",
+        "s = torch.amp.GradScaler(get_accelerator().device_name(), init_scale=2.0**10, "
+        "enabled=grad_scaler_applies())",
     ),
     (
         "dist.init_process_group(backend='nccl')",
@@ -81,7 +104,9 @@ REWRITES = [
 @pytest.mark.parametrize(("before", "after"), REWRITES)
 def test_each_rewrite(before: str, after: str) -> None:
     result = port_source(f"import torch\n{before}\n")
-    assert result.ported == f"import torch\n{IMPORT}\n{after}\n"
+    helpers = [n for n in ("autocast_dtype", "grad_scaler_applies") if f"{n}(" in after]
+    imports = f"from anyaccel import {', '.join(sorted(['get_accelerator', *helpers]))}\n"
+    assert result.ported == f"import torch\n{imports}\n{after}\n"
     assert result.left == [] and result.rewrites >= 1
     assert port_source(result.ported).ported == result.ported  # idempotent
 
@@ -127,7 +152,11 @@ def test_replaced_cuda_imports_are_removed_and_torch_added() -> None:
     )
     ported = port_source(source).ported
     assert "torch.cuda" not in ported and "import torch\n" in ported
-    assert "torch.autocast(device_type=get_accelerator().device_name())" in ported
+    assert (
+        "torch.autocast(device_type=get_accelerator().device_name(), "
+        "dtype=autocast_dtype(torch.float16))" in ported
+    )
+    assert "from anyaccel import autocast_dtype, get_accelerator, grad_scaler_applies" in ported
 
 
 def test_comments_and_formatting_survive() -> None:

@@ -62,6 +62,61 @@ def test_ported_script_runs_on_the_cpu_backend(path: Path, ported: Path) -> None
     assert result.stdout.rstrip().endswith("OK")
 
 
+def _run_ported_amp(ported: Path, extra_path: Path | None = None) -> dict[str, str]:
+    """The ported DDP + AMP tutorial's report: what autocast ran in, whether the scaler scaled."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DS_ACCELERATOR", "RANK")}
+    paths = [str(SRC)] if extra_path is None else [str(extra_path), str(SRC)]
+    env.update(PYTHONPATH=os.pathsep.join(paths), LOCAL_RANK="0", WORLD_SIZE="1")
+    env["DS_ACCELERATOR"] = "cpu"
+    result = subprocess.run(
+        [sys.executable, str(ported / "runnable" / "ddp_amp.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    return {
+        "dtype": next(line for line in lines if line.startswith("autocast ran in")).split()[-1],
+        "scaler": next(line for line in lines if line.startswith("scaler enabled")).split()[-1],
+    }
+
+
+def test_the_port_names_each_precision_choice_it_writes() -> None:
+    path = CORPUS / "runnable" / "ddp_amp.py"
+    result = port_source(path.read_text(), "ddp_amp.py")
+    assert [note.split(": ", 1)[0] for note in result.precision] == [
+        "ddp_amp.py:31",
+        "ddp_amp.py:36",
+    ]
+    assert "grad_scaler_applies()" in result.precision[0]
+    assert "autocast_dtype(torch.float16)" in result.precision[1]
+
+
+def test_ported_amp_trains_in_the_precision_the_accelerator_supports(ported: Path) -> None:
+    import torch
+
+    from anyaccel import autocast_dtype, grad_scaler_applies
+    from anyaccel.backends.cpu import CpuAccelerator
+
+    cpu = CpuAccelerator()
+    report = _run_ported_amp(ported)
+    assert report["dtype"] == str(autocast_dtype(torch.float16, cpu))
+    assert report["scaler"] == str(grad_scaler_applies(torch.float16, cpu))
+
+
+def test_ported_amp_without_fp16_runs_bf16_with_the_scaler_off(
+    ported: Path, tmp_path: Path
+) -> None:
+    """Where float16 is not computed, never a silent bfloat16 with a scaler left on."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "from anyaccel.backends.cpu import CpuAccelerator\n"
+        "CpuAccelerator.is_fp16_supported = lambda self: False\n"
+    )
+    assert _run_ported_amp(ported, tmp_path) == {"dtype": "torch.bfloat16", "scaler": "False"}
+
+
 def test_original_scripts_need_cuda_so_the_port_is_what_makes_them_run() -> None:
     import torch
 

@@ -105,3 +105,17 @@ def test_write_ports_a_file_with_classic_mac_line_ends(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     ported = script.read_bytes()
     assert b"\n" not in ported and b".to(get_accelerator().current_device_name())\r" in ported
+
+
+def test_each_precision_choice_is_named_with_its_line(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(
+        "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
+        "with torch.cuda.amp.autocast():\n    pass\n"
+    )
+    for args in (("train.py",), ("--write", "train.py")):
+        result = run_port(*args, cwd=tmp_path)
+        notes = [line for line in result.stderr.splitlines() if line.startswith("precision: ")]
+        assert [note.split(": ")[1] for note in notes] == ["train.py:3", "train.py:4"], notes
+        assert "grad_scaler_applies()" in notes[0]
+        assert "autocast_dtype(torch.float16)" in notes[1]
+    assert "dtype=autocast_dtype(torch.float16)" in (tmp_path / "train.py").read_text()

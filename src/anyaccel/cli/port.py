@@ -128,6 +128,8 @@ def _port_all(
             if finding.code in enabled:
                 left += 1
                 print(f"left for you: {finding.format()}", file=sys.stderr)
+        for note in result.precision:  # a choice made for the user is always named
+            print(f"precision: {note}", file=sys.stderr)
     return changed, left, unwritable
 
 

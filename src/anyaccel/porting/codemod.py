@@ -45,6 +45,23 @@ _T = TypeVar("_T")
 
 #: Positional parameters of ``torch.cuda.amp.autocast``, which ``torch.autocast`` takes by keyword.
 _AUTOCAST_PARAMETERS = ("enabled", "dtype", "cache_enabled")
+#: Positional parameters of ``torch.cuda.amp.GradScaler`` (``torch.amp.GradScaler`` takes the
+#: device first, then the same ones).
+_SCALER_PARAMETERS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
+#: Autocast and scaler calls that take a device type first: when it is CUDA's, they meant CUDA's
+#: float16 default, which the port keeps honest through the precision helpers.
+_DEVICE_AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast"})
+_DEVICE_SCALERS = frozenset({"torch.amp.GradScaler", "torch.GradScaler"})
+#: The precision notes the port reports, by what it rewrote.
+PRECISION_AUTOCAST = (
+    "autocast runs in autocast_dtype({dtype}) (CUDA's autocast was float16 unless told): "
+    "that dtype where the accelerator computes it (is_fp16_supported()/is_bf16_supported()), "
+    "else the other half type"
+)
+PRECISION_SCALER = (
+    "the GradScaler is enabled only where float16 autocast runs (grad_scaler_applies()); "
+    "bfloat16 needs no loss scaling"
+)
 #: Keyword arguments that take a device, where ``current_device()`` must become a name.
 _DEVICE_KEYWORDS = frozenset({"device", "map_location"})
 #: FSDP's ``device_id=`` names a device: an index there is ``torch.device(index)``, which
@@ -60,8 +77,9 @@ _ACCELERATOR_CALLS = {
     f"torch.accelerator.{name}": method for name, method in ACCELERATOR_PORTS.items()
 }
 _CURRENT_ACCELERATOR = "torch.accelerator.current_accelerator"
-#: Where the public helpers the port writes live.
+#: Where the public helpers the port writes live: anyaccel.distributed, except these.
 _HELPERS_MODULE = "anyaccel.distributed"
+_HELPER_MODULES = {"autocast_dtype": "anyaccel", "grad_scaler_applies": "anyaccel"}
 
 
 def _as_ast(node: cst.BaseExpression) -> ast.expr | None:
@@ -104,6 +122,8 @@ class PortResult(NamedTuple):
     left: list[Finding]
     #: The changed lines, in order; empty means "not known": ``diff()`` then compares all lines.
     edits: tuple[LineEdit, ...] = ()
+    #: What the port chose where precision was at stake (autocast's dtype, the scaler), by line.
+    precision: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -187,6 +207,61 @@ def _accelerator(method: str, *args: cst.Arg) -> cst.Call:
 def _accelerator_attr(attr: str) -> cst.Attribute:
     getter = cst.Call(func=cst.Name("get_accelerator"))
     return cst.Attribute(value=getter, attr=cst.Name(attr))
+
+
+def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    """``name=value`` with no spaces around ``=``."""
+    return cst.Arg(
+        value,
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""),
+            whitespace_after=cst.SimpleWhitespace(""),
+        ),
+    )
+
+
+def _by_keyword(args: Sequence[cst.Arg], parameters: tuple[str, ...]) -> list[cst.Arg] | None:
+    """``args`` with positional ones named after ``parameters`` (``None``: ``*args``, too many)."""
+    named = []
+    for position, arg in enumerate(args):
+        if arg.keyword is None:
+            if arg.star or position >= len(parameters):
+                return None
+            arg = arg.with_changes(
+                keyword=cst.Name(parameters[position]),
+                equal=cst.AssignEqual(
+                    whitespace_before=cst.SimpleWhitespace(""),
+                    whitespace_after=cst.SimpleWhitespace(""),
+                ),
+            )
+        elif arg.star:
+            return None
+        named.append(arg)
+    return named
+
+
+def _split_device(args: Sequence[cst.Arg], keyword: str) -> tuple[cst.Arg, list[cst.Arg]] | None:
+    """The device argument (first, or ``keyword=``) and the others; ``None`` with ``*args``."""
+    if any(a.star for a in args):
+        return None
+    for position, arg in enumerate(args):
+        if (position == 0 and arg.keyword is None) or (
+            arg.keyword is not None and arg.keyword.value == keyword
+        ):
+            return arg, [a for a in args if a is not arg]
+    return None
+
+
+def _names_cuda(call: cst.Call, keyword: str) -> bool:
+    """Whether ``call``'s device argument (first, or ``keyword=``) is the literal ``"cuda"``."""
+    for position, arg in enumerate(call.args):
+        if (position == 0 and arg.keyword is None) or (
+            arg.keyword is not None and arg.keyword.value == keyword
+        ):
+            value = arg.value
+            return isinstance(value, cst.SimpleString) and value.evaluated_value == "cuda"
+    return False
 
 
 def _plain(arg: cst.Arg) -> cst.Arg:
@@ -375,14 +450,24 @@ class _Porter(cst.CSTTransformer):
         if qualified == "torch.cuda.amp.autocast":
             return self._autocast(func, updated_node)
         if qualified == "torch.cuda.amp.GradScaler":
+            scaler = self._scaler(original_node, updated_node.args, first=0)
+            if scaler is None:
+                return updated_node  # *args or too many: leave to the user
             self.rewrites += 1
             self._note_import(func)
             self.used_torch = True
             device = cst.Arg(_accelerator("device_name"))
             return updated_node.with_changes(
-                func=cst.parse_expression("torch.amp.GradScaler"),
-                args=[device, *updated_node.args],
+                func=cst.parse_expression("torch.amp.GradScaler"), args=[device, *scaler]
             )
+        if qualified in _DEVICE_AUTOCASTS and _names_cuda(original_node, "device_type"):
+            return self._device_autocast(original_node, updated_node)
+        if qualified in _DEVICE_SCALERS and _names_cuda(original_node, "device"):
+            split = _split_device(updated_node.args, "device")
+            scaler = None if split is None else self._scaler(original_node, split[1], first=1)
+            if split is not None and scaler is not None:
+                self.rewrites += 1
+                return updated_node.with_changes(args=[_plain(split[0]), *scaler])
         if (
             isinstance(func, cst.Attribute)
             and isinstance(updated_node.func, cst.Attribute)  # not already rewritten
@@ -542,19 +627,10 @@ class _Porter(cst.CSTTransformer):
         return self._runtime_string(original_node, updated_node) or updated_node
 
     def _autocast(self, func: cst.BaseExpression, call: cst.Call) -> cst.BaseExpression:
-        args = []
-        for position, arg in enumerate(call.args):
-            if arg.keyword is None:
-                if arg.star or position >= len(_AUTOCAST_PARAMETERS):
-                    return call  # *args or too many: leave to the user
-                arg = arg.with_changes(
-                    keyword=cst.Name(_AUTOCAST_PARAMETERS[position]),
-                    equal=cst.AssignEqual(
-                        whitespace_before=cst.SimpleWhitespace(""),
-                        whitespace_after=cst.SimpleWhitespace(""),
-                    ),
-                )
-            args.append(arg)
+        args = _by_keyword(call.args, _AUTOCAST_PARAMETERS)
+        if args is None:
+            return call  # *args or too many: leave to the user
+        args = self._honest_dtype(call, args)
         self.rewrites += 1
         self._note_import(func)
         self.used_torch = True
@@ -569,6 +645,60 @@ class _Porter(cst.CSTTransformer):
         return call.with_changes(
             func=cst.parse_expression("torch.autocast"), args=[device_type, *args]
         )
+
+    def _honest_dtype(self, call: cst.Call, args: list[cst.Arg]) -> list[cst.Arg]:
+        """``args`` with ``dtype=`` through ``autocast_dtype``: float16 when none was given."""
+        if any(
+            a.keyword is not None
+            and a.keyword.value == "enabled"
+            and isinstance(a.value, cst.Name)
+            and a.value.value == "False"
+            for a in args
+        ):
+            return args  # autocast turned off: no dtype is at stake
+        self.helpers.add("autocast_dtype")
+        self.used_torch = True
+        for position, arg in enumerate(args):
+            if arg.keyword is not None and arg.keyword.value == "dtype":
+                dtype = cst.Call(func=cst.Name("autocast_dtype"), args=[cst.Arg(arg.value)])
+                return [*args[:position], arg.with_changes(value=dtype), *args[position + 1 :]]
+        half = cst.Call(
+            func=cst.Name("autocast_dtype"), args=[cst.Arg(cst.parse_expression("torch.float16"))]
+        )
+        return [*(_plain(a) for a in args), _keyword("dtype", half)]
+
+    def _device_autocast(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """``torch.autocast("cuda")`` meant CUDA's float16: ``dtype=autocast_dtype(...)``."""
+        split = _split_device(updated.args, "device_type")
+        if split is None:
+            return updated
+        device, rest = split
+        keyed = _by_keyword(rest, ("dtype", "enabled", "cache_enabled"))
+        if keyed is None:
+            return updated
+        self.rewrites += 1
+        return updated.with_changes(args=[device, *self._honest_dtype(original, keyed)])
+
+    def _scaler(
+        self, original: cst.Call, args: Sequence[cst.Arg], first: int
+    ) -> list[cst.Arg] | None:
+        """A CUDA scaler's arguments (after its device) with ``enabled`` only where fp16 runs."""
+        keyed = _by_keyword(args, _SCALER_PARAMETERS)
+        if keyed is None:
+            return None
+        applies: cst.BaseExpression = cst.Call(func=cst.Name("grad_scaler_applies"))
+        rest = []
+        for arg in keyed:
+            if arg.keyword is not None and arg.keyword.value == "enabled":
+                simple = isinstance(arg.value, cst.Name | cst.Attribute | cst.Call | cst.Subscript)
+                value = arg.value
+                if not simple and not value.lpar:
+                    value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                applies = cst.BooleanOperation(left=applies, operator=cst.And(), right=value)
+            else:
+                rest.append(_plain(arg))
+        self.helpers.add("grad_scaler_applies")
+        return [*rest, _keyword("enabled", applies)]
 
     def _to_device(self, call: cst.Call, receiver: cst.BaseExpression) -> cst.BaseExpression:
         """``x.cuda(...)`` -> ``x.to(...)`` when the device argument is visibly an index."""
@@ -809,7 +939,36 @@ def port_source(source: str, path: str = "<string>") -> PortResult:
         ) from None
     mapping = _LineMap(source, chunks, texts)
     left = [f._replace(line=mapping.original_line(f.line)) for f in check_source(text, path)]
-    return PortResult(path, source, text, total.rewrites, left, mapping.edits())
+    edits = mapping.edits()
+    precision = _precision_notes(text, edits, mapping, path)
+    return PortResult(path, source, text, total.rewrites, left, edits, precision)
+
+
+def _call_argument(line: str, start: int) -> str:
+    """The text inside the parentheses that open at ``line[start - 1]`` (to their match)."""
+    depth = 1
+    for index in range(start, len(line)):
+        depth += {"(": 1, ")": -1}.get(line[index], 0)
+        if depth == 0:
+            return line[start:index]
+    return line[start:]
+
+
+def _precision_notes(
+    text: str, edits: Sequence[LineEdit], mapping: _LineMap, path: str
+) -> tuple[str, ...]:
+    """Each changed line where the port chose autocast's dtype or the scaler, as a note."""
+    lines = text.splitlines()
+    notes = []
+    for edit in edits:
+        for index in range(edit.b_start, min(edit.b_end, len(lines))):
+            line, where = lines[index], f"{path}:{mapping.original_line(index + 1)}"
+            for match in re.finditer(r"\bautocast_dtype\(", line):
+                dtype = _call_argument(line, match.end())
+                notes.append(f"{where}: {PRECISION_AUTOCAST.format(dtype=dtype)}")
+            if re.search(r"\bgrad_scaler_applies\(", line):
+                notes.append(f"{where}: {PRECISION_SCALER}")
+    return tuple(notes)
 
 
 def _port_cr_only(source: str, path: str) -> PortResult:
@@ -1095,7 +1254,11 @@ def _fix_imports(
     wanted: list[str] = []
     if total.used_torch and aliases.get("torch") != "torch":
         wanted.append("import torch")
-    helpers = sorted(name for name in total.helpers if name not in aliases)
+    wanted_helpers = sorted(name for name in total.helpers if name not in aliases)
+    helpers = [
+        n for n in wanted_helpers if _HELPER_MODULES.get(n, _HELPERS_MODULE) == _HELPERS_MODULE
+    ]
+    top = [n for n in wanted_helpers if _HELPER_MODULES.get(n) == "anyaccel"]
     if helpers:
         existing_helpers = next(
             (
@@ -1114,7 +1277,8 @@ def _fix_imports(
                 edit(existing_helpers, functools.partial(_add_helper, name=name))
         else:
             wanted.append(f"from {_HELPERS_MODULE} import {', '.join(helpers)}")
-    if "get_accelerator" not in aliases:  # a DeepSpeed-style import of it is kept
+    from_anyaccel = ([] if "get_accelerator" in aliases else ["get_accelerator"]) + top
+    if from_anyaccel:  # a DeepSpeed-style import of get_accelerator is kept
         existing = next(
             (
                 index
@@ -1128,9 +1292,10 @@ def _fix_imports(
             None,
         )
         if existing is not None:
-            edit(existing, _add_get_accelerator)
+            for name in from_anyaccel:
+                edit(existing, functools.partial(_add_from_anyaccel, name=name))
         else:
-            wanted.append("from anyaccel import get_accelerator")
+            wanted.append(f"from anyaccel import {', '.join(sorted(from_anyaccel))}")
     if not wanted:
         return
     new = [cst.parse_statement(line, config) for line in wanted]
@@ -1174,8 +1339,8 @@ def _add_helper(module: cst.Module, name: str) -> cst.Module:
     return _add_to_existing_from_import(module, _HELPERS_MODULE, name) or module
 
 
-def _add_get_accelerator(module: cst.Module) -> cst.Module:
-    return _add_to_existing_from_import(module, "anyaccel", "get_accelerator") or module
+def _add_from_anyaccel(module: cst.Module, name: str) -> cst.Module:
+    return _add_to_existing_from_import(module, "anyaccel", name) or module
 
 
 def _imports_any(statement: ast.stmt, dead: set[tuple[str, str | None, str | None]]) -> bool:

@@ -69,14 +69,16 @@ RULES: dict[str, Rule] = {
             "ACC010",
             "cuda-amp-autocast",
             "`{name}` is autocast for CUDA only",
-            "torch.autocast(device_type=get_accelerator().device_name(), ...)",
+            "torch.autocast(device_type=get_accelerator().device_name(), "
+            "dtype=autocast_dtype(torch.float16), ...)",
             True,
         ),
         Rule(
             "ACC011",
             "cuda-amp-grad-scaler",
             "`{name}` is the CUDA-only gradient scaler",
-            "torch.amp.GradScaler(get_accelerator().device_name(), ...)",
+            "torch.amp.GradScaler(get_accelerator().device_name(), "
+            "enabled=grad_scaler_applies(), ...)",
             True,
         ),
         Rule(
