@@ -398,15 +398,24 @@ def test_ddp_on_cpu_ranks_pauses_at_exit_and_on_an_accelerator_does_not(
     assert calls == ["x", "x"]  # the CPU jobs only: torch's gloo exit abort (exit_grace)
 
 
-def test_unsupported_precision_is_refused_for_trainer_and_fabric(integration: Any) -> None:
+def test_unsupported_precision_is_refused_for_trainer_and_fabric(
+    integration: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import lightning as L
 
-    assert not anyaccel.get_accelerator().is_fp16_supported()  # anyaccel's CPU backend
+    from anyaccel.backends.cpu import CpuAccelerator
+
+    # A CPU without float16 kernels (whether this host has AVX512-FP16 or not).
+    monkeypatch.setattr(CpuAccelerator, "is_fp16_supported", lambda self: False)
+    assert not anyaccel.get_accelerator().is_fp16_supported()
     for build in (
         lambda: L.Trainer(accelerator="anyaccel", precision="16-mixed", logger=False),
         lambda: L.Fabric(accelerator="anyaccel", precision="16-mixed"),
     ):
-        with pytest.raises(integration.LightningSetupError, match="'16-mixed' is not supported"):
+        with pytest.raises(
+            integration.LightningSetupError,
+            match=r"'16-mixed' is not supported.*Use precision='bf16-mixed' \(what anyaccel",
+        ):
             build()
 
 

@@ -267,11 +267,21 @@ def _checked_precision(precision: str, accelerator: AnyaccelAccelerator) -> str:
     if supported and is_autocast_available is not None:
         supported = bool(is_autocast_available(device_type))
     if not supported:
-        other = "'bf16-mixed'" if precision == "16-mixed" else "'16-mixed'"
+        # The port's rule (anyaccel.precision): the other half type where the device has it.
+        from anyaccel.precision import autocast_dtype
+
+        wanted = torch.float16 if precision == "16-mixed" else torch.bfloat16
+        chosen = autocast_dtype(wanted, accelerator)
+        names = {torch.float16: "'16-mixed'", torch.bfloat16: "'bf16-mixed'"}
+        instead = (
+            f"precision={names[chosen]} (what anyaccel.autocast_dtype picks here)"
+            if chosen != wanted
+            else "precision='32-true' (the device computes neither half type)"
+        )
         raise LightningSetupError(
             f"precision={precision!r} is not supported on the {device_type!r} accelerator "
             f"(anyaccel's backend {type(accelerator).__name__} or torch.autocast says no). "
-            f"Use precision='32-true', or {other} if the device supports it."
+            f"Use {instead}."
         )
     return device_type
 
