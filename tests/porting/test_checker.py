@@ -29,6 +29,9 @@ FLAGGED = [
     ("y = x.cuda(1, non_blocking=True)", "ACC030"),
     ("b = x.is_cuda", "ACC031"),
     ("y = x.pin_memory()", "ACC032"),
+    ("d = torch.utils.data.DataLoader(ds, batch_size=8, pin_memory=True)", "ACC033"),
+    ("import lightning as L; t = L.Trainer(accelerator='gpu', devices=2)", "ACC046"),
+    ("from lightning.fabric import Fabric; f = Fabric(accelerator='cuda')", "ACC046"),
     ("d = torch.device('cuda')", "ACC040"),
     ("d = torch.device('cuda', 1)", "ACC040"),
     ("y = x.to('cuda:3')", "ACC040"),
@@ -142,6 +145,10 @@ def test_every_rule_has_a_flagged_example() -> None:
         "y = torch.xpu.synchronize()",
         "c = cuda.synchronize()  # a local object called cuda, not torch.cuda",
         "f = x.cuda",  # the bound method, not a move
+        "d = torch.utils.data.DataLoader(ds, pin_memory=False)",
+        "d = DataLoader(ds, pin_memory=get_accelerator().pin_memory_applies())",
+        "import lightning as L; t = L.Trainer(accelerator='cpu', devices=2)",
+        "from mylib import Trainer; t = Trainer(accelerator='gpu')",  # not Lightning's
     ],
 )
 def test_agnostic_or_unrelated_code_is_not_flagged(snippet: str) -> None:

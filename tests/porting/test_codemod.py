@@ -45,6 +45,10 @@ REWRITES = [
     ("y = x.cuda(1)", "y = x.to(get_accelerator().device_name(1))"),
     ("b = x.is_cuda", "b = get_accelerator().on_accelerator(x)"),
     ("p = x.pin_memory()", "p = get_accelerator().pin_memory(x)"),
+    (
+        "d = torch.utils.data.DataLoader(ds, pin_memory=True)",
+        "d = torch.utils.data.DataLoader(ds, pin_memory=get_accelerator().pin_memory_applies())",
+    ),
     ("d = torch.device('cuda')", "d = torch.device(get_accelerator().device_name())"),
     ("d = torch.device('cuda', 2)", "d = torch.device(get_accelerator().device_name(), 2)"),
     ("y = x.to('cuda:1')", "y = x.to(get_accelerator().device_name(1))"),
@@ -465,6 +469,7 @@ def test_what_is_not_visibly_a_device_index_is_not_touched(source: str) -> None:
         ("b = torch.distributed.get_default_backend_for_device(dev)", "ACC051"),
         ("with torch.accelerator.device_index(0): pass", "ACC050"),
         ("n = torch.accelerator.device_count(kind)", "ACC050"),
+        ("import lightning as L; t = L.Trainer(accelerator='cuda')", "ACC046"),  # not a device
     ],
 )
 def test_what_cannot_be_ported_safely_is_left_and_reported(source: str, code: str) -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "index_names",
     "is_cuda_guard",
     "is_index",
+    "is_lightning_entry",
     "parse_ignores",
     "runtime_device_index",
     "trigger_lines",
@@ -197,6 +198,7 @@ class _Visitor(ast.NodeVisitor):
         self.aliases: dict[str, str] = {}
         self.found: list[tuple[ast.expr, str, str, str]] = []  # node, code, name, attr
         self.process_counts: set[int] = set()  # ids of device counts used as process counts
+        self.lightning_names: set[int] = set()  # ids of Lightning accelerator="cuda"/"gpu"
 
     def collect_aliases(self, statements: list[ast.stmt]) -> None:
         """Local name -> the dotted name it was imported as (``tc`` -> ``torch.cuda``)."""
@@ -343,6 +345,15 @@ class _Visitor(ast.NodeVisitor):
             self._index_as_device(_keyword(node, "device"))
         if qualified is not None and qualified.rsplit(".", 1)[-1] == "DistributedDataParallel":
             self._ddp(node)
+        if qualified is not None and qualified.rsplit(".", 1)[-1] == "DataLoader":
+            pinned = _keyword(node, "pin_memory")
+            if isinstance(pinned, ast.Constant) and pinned.value is True:
+                self.found.append((pinned, "ACC033", "pin_memory=True", ""))
+        if is_lightning_entry(qualified):
+            chosen = _keyword(node, "accelerator")
+            if isinstance(chosen, ast.Constant) and chosen.value in ("gpu", "cuda"):
+                self.found.append((chosen, "ACC046", f"accelerator={chosen.value!r}", ""))
+                self.lightning_names.add(id(chosen))  # Lightning's name, not a device string
         if qualified is not None and qualified.rsplit(".", 1)[-1] == "FullyShardedDataParallel":
             self._index_as_device(_keyword(node, "device_id"))  # FSDP's device, as torch.device
         for keyword in node.keywords:
@@ -411,7 +422,7 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_Constant(self, node: ast.Constant) -> None:
         value = node.value
-        if not isinstance(value, str):
+        if not isinstance(value, str) or id(node) in self.lightning_names:
             return
         if _DEVICE_STRING.fullmatch(value):
             self.found.append((node, "ACC040", repr(value), ""))
@@ -425,6 +436,18 @@ class _Visitor(ast.NodeVisitor):
             self.found.append((node, "ACC040", "f'cuda:{...}'", ""))
             return
         self.generic_visit(node)
+
+
+#: Lightning's packages, whose ``Trainer`` and ``Fabric`` take ``accelerator=``.
+_LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning", "lightning_fabric")
+
+
+def is_lightning_entry(qualified: str | None) -> bool:
+    """Whether ``qualified`` is a Lightning ``Trainer`` or ``Fabric`` (as the file imported it)."""
+    if qualified is None:
+        return False
+    head, _, last = qualified.rpartition(".")
+    return last in ("Trainer", "Fabric") and head.split(".")[0] in _LIGHTNING_PACKAGES
 
 
 def _keyword(call: ast.Call, name: str) -> ast.expr | None:

@@ -32,6 +32,7 @@ from anyaccel.porting.checker import (
     could_match,
     index_names,
     is_index,
+    is_lightning_entry,
     runtime_device_index,
     trigger_lines,
     triggering_imports,
@@ -419,6 +420,10 @@ class _Porter(cst.CSTTransformer):
         if is_to and node.args and node.args[0].keyword is None:
             self._device_positions.add(id(node.args[0].value))
         fsdp = _is_fsdp(self.qualified(func))
+        if is_lightning_entry(self.qualified(func)):
+            for arg in node.args:  # Lightning's accelerator="cuda" is its name, not a device
+                if arg.keyword is not None and arg.keyword.value == "accelerator":
+                    self._handled.add(id(arg.value))
         for arg in node.args:
             if arg.keyword is not None and (
                 arg.keyword.value in _DEVICE_KEYWORDS or (fsdp and arg.keyword.value == "device_id")
@@ -460,6 +465,10 @@ class _Porter(cst.CSTTransformer):
             return updated_node.with_changes(
                 func=cst.parse_expression("torch.amp.GradScaler"), args=[device, *scaler]
             )
+        if qualified is not None and qualified.rsplit(".", 1)[-1] == "DataLoader":
+            pinned = self._pin_memory_applies(updated_node)
+            if pinned is not None:
+                return pinned
         if qualified in _DEVICE_AUTOCASTS and _names_cuda(original_node, "device_type"):
             return self._device_autocast(original_node, updated_node)
         if qualified in _DEVICE_SCALERS and _names_cuda(original_node, "device"):
@@ -646,6 +655,22 @@ class _Porter(cst.CSTTransformer):
             func=cst.parse_expression("torch.autocast"), args=[device_type, *args]
         )
 
+    def _pin_memory_applies(self, call: cst.Call) -> cst.Call | None:
+        """``DataLoader(pin_memory=True)``: pin where the accelerator says pinning applies."""
+        for position, arg in enumerate(call.args):
+            value = arg.value
+            if (
+                arg.keyword is not None
+                and arg.keyword.value == "pin_memory"
+                and isinstance(value, cst.Name)
+                and value.value == "True"
+            ):
+                self.rewrites += 1
+                args = list(call.args)
+                args[position] = arg.with_changes(value=_accelerator("pin_memory_applies"))
+                return call.with_changes(args=args)
+        return None
+
     def _honest_dtype(self, call: cst.Call, args: list[cst.Arg]) -> list[cst.Arg]:
         """``args`` with ``dtype=`` through ``autocast_dtype``: float16 when none was given."""
         if any(
@@ -784,7 +809,7 @@ class _Porter(cst.CSTTransformer):
     def leave_SimpleString(
         self, original_node: cst.SimpleString, updated_node: cst.SimpleString
     ) -> cst.BaseExpression:
-        if self._frozen:
+        if self._frozen or id(original_node) in self._handled:
             return updated_node
         value = original_node.evaluated_value
         if not isinstance(value, str):

@@ -117,6 +117,14 @@ RULES: dict[str, Rule] = {
             True,
         ),
         Rule(
+            "ACC033",
+            "dataloader-pin-memory",
+            "`DataLoader(pin_memory=True)` pins for CUDA; on a host without it torch warns and "
+            "pins nothing, and on unified memory pinning buys nothing",
+            "pin_memory=get_accelerator().pin_memory_applies()",
+            True,
+        ),
+        Rule(
             "ACC040",
             "cuda-device-string",
             "the device string {name} names CUDA",
@@ -158,6 +166,14 @@ RULES: dict[str, Rule] = {
             "`{name}` counts processes here; it is 0 on a host without that accelerator",
             "anyaccel.distributed.local_process_count()",
             True,
+        ),
+        Rule(
+            "ACC046",
+            "lightning-cuda-accelerator",
+            "Lightning's {name} runs on CUDA GPUs only; `devices=N` then counts GPUs",
+            'accelerator="anyaccel" after `import anyaccel.integrations.lightning`; devices=N '
+            "then counts the accelerator's devices (CPU processes on the CPU)",
+            False,
         ),
         Rule(
             "ACC050",
