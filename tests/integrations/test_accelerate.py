@@ -91,6 +91,8 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:
         commands["trainer"] = (trainer, cpu)
         commands["simulated"] = ([sys.executable, str(SIMULATED)], _env())
         commands["known_devices"] = ([sys.executable, str(KNOWN_DEVICES)], _env())
+        bf16 = Path(__file__).with_name("trainer_bf16_child.py")
+        commands["bf16"] = ([sys.executable, str(bf16)], _env(DS_ACCELERATOR="cpu"))
     started: Jobs = {}
     for name, (command, env) in commands.items():
         out_dir = tmp_path_factory.mktemp(f"accelerate_{name}")
@@ -183,6 +185,20 @@ def test_trainer_trains_one_model_on_two_ranks(jobs: Jobs) -> None:
         assert result["batches_per_epoch"] == 4, result  # 32 samples, batch 4, over 2 ranks
     assert results[0]["training_loss"] == results[1]["training_loss"]
     assert results[0]["weights_checksum"] == results[1]["weights_checksum"]
+
+
+@pytest.mark.slow
+def test_the_trainer_trains_in_bf16_on_the_cpu_with_the_line_explain_gives(jobs: Jobs) -> None:
+    """transformers refuses bf16=True alone on a CPU host; the line trainer_bf16() names works."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: transformers takes bf16=True alone here")
+    result = _last_json(jobs, "bf16")
+    assert "Your setup doesn't support bf16/gpu" in result["answer"], result
+    assert result["keywords"] == ["bf16", "use_cpu"], result
+    assert result["device"] == "cpu" and result["mixed_precision"] == "bf16", result
+    assert result["training_loss"] == result["training_loss"]  # trained, not NaN
 
 
 # ---------------------------------------------------------------------- a device neither knows

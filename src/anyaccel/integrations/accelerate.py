@@ -64,6 +64,7 @@ __all__ = [
     "installed",
     "launched_world_size",
     "report_section",
+    "trainer_bf16",
     "uninstall",
 ]
 
@@ -616,6 +617,61 @@ def _limits(device_type: str) -> dict[str, str]:
     return limits
 
 
+#: Asks transformers itself, in a child process, whether ``TrainingArguments`` takes bf16 here
+#: (alone, then with ``use_cpu=True``); prints one JSON object: arguments -> error or null.
+_TRAINER_BF16_PROBE = """
+import json, sys, tempfile, warnings
+warnings.simplefilter("ignore")
+from transformers import TrainingArguments
+answers = {}
+for words, extra in (("bf16=True", {}), ("bf16=True, use_cpu=True", {"use_cpu": True})):
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            TrainingArguments(output_dir=out, bf16=True, report_to="none", **extra)
+        answers[words] = None
+    except Exception as error:
+        answers[words] = f"{type(error).__name__}: {error}".splitlines()[0]
+print(json.dumps(answers))
+"""
+#: Launcher variables the probe's child must not see (it would join a process group).
+_LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
+
+
+def trainer_bf16(environ: Mapping[str, str] | None = None, timeout: float = 120.0) -> str:
+    """What the Trainer says to ``TrainingArguments(bf16=True)`` here, and the line that works.
+
+    transformers is asked in a child process (it validates the arguments as a user's script
+    would), so nothing in this process is built or changed.
+    """
+    import json
+    import subprocess
+    import sys
+
+    env = dict(os.environ if environ is None else environ)
+    for name in (*_LAUNCH_VARIABLES, *_WORLD_SIZE_ENVS):
+        env.pop(name, None)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _TRAINER_BF16_PROBE],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
+        answers = json.loads(done.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, ValueError, IndexError, OSError) as error:
+        return f"transformers could not be asked ({type(error).__name__}: {error})"
+    alone, with_cpu = answers.get("bf16=True"), answers.get("bf16=True, use_cpu=True")
+    if alone is None:
+        return "TrainingArguments(bf16=True) is accepted by transformers here"
+    if with_cpu is None:
+        return (
+            f"TrainingArguments(bf16=True) is refused by transformers here ({alone}); "
+            "TrainingArguments(bf16=True, use_cpu=True) is accepted: use that line"
+        )
+    return f"TrainingArguments(bf16=True) is refused by transformers here ({alone}); use bf16=False"
+
+
 def explain(accelerator: Accelerator | None = None) -> Explanation:
     """anyaccel's choice next to what accelerate and transformers pick on their own.
 
@@ -652,10 +708,12 @@ def explain(accelerator: Accelerator | None = None) -> Explanation:
         after = plan.expected
         if has_transformers:
             after_transformers = _transformers_choice({**environ, **plan.environment}, after)
+    limits = _limits(device_type)
     if own_transformers is not None:
         own_transformers = FrameworkChoice(
             **{**asdict(own_transformers), "version": versions["transformers"]}
         )
+        limits["Trainer bf16"] = trainer_bf16(environ)
     return Explanation(
         anyaccel_device=device,
         anyaccel_backend=accelerator.communication_backend_name(),
@@ -666,7 +724,7 @@ def explain(accelerator: Accelerator | None = None) -> Explanation:
         after_install=after,
         transformers_after_install=after_transformers,
         install_refused=refused,
-        limits=_limits(device_type),
+        limits=limits,
     )
 
 
