@@ -194,8 +194,10 @@ def open_lock(name: str, *, dir_fd: int | None, display: str | Path) -> int:
         raise
     try:
         status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode) or status.st_nlink != 1:
+        if not stat.S_ISREG(status.st_mode):
             raise refusal(display, "lock file", f"it is not a plain file ({describe(status)})")
+        if status.st_nlink != 1:
+            raise refusal(display, "lock file", f"it has {status.st_nlink} names (hard links)")
         if status.st_uid not in trusted_uids():
             raise refusal(display, "lock file", f"it belongs to another user ({describe(status)})")
     except BaseException:
@@ -224,8 +226,10 @@ def check_before_build(dir_fd: int, display: str | Path, keep: str) -> None:
                 check_before_build(sub, path, keep="")
             finally:
                 os.close(sub)
-        elif not stat.S_ISREG(status.st_mode) or status.st_nlink != 1:
+        elif not stat.S_ISREG(status.st_mode):
             raise refusal(path, "build file", f"it is not a plain file ({describe(status)})")
+        elif status.st_nlink != 1:
+            raise refusal(path, "build file", f"it has {status.st_nlink} names (hard links)")
         elif status.st_mode & WRITABLE_BY_OTHERS:
             os.unlink(name, dir_fd=dir_fd)
 
