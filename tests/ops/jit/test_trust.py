@@ -16,6 +16,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -138,7 +139,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 @pytest.fixture(scope="module")
-def attacked_shared_root(world: World, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+def attacked_shared_root(
+    world: World, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, object]:
     """A sticky shared root where ``nobody`` planted both attacks of the issue, then root loads.
 
     ``trust_warm``: a finished-looking build (library and stamp) at its deterministic path.
@@ -233,6 +236,56 @@ def test_a_private_directory_that_is_a_link_is_refused(world: World) -> None:
     assert outcome["trust_warm"].startswith("UntrustedCacheError | "), outcome
     assert "it is a symbolic link" in outcome["trust_warm"]
     assert not any(Path("/root").glob("anyaccel_trust_warm_*"))
+
+
+#: Every rank of a two-rank CPU job: anyaccel's default backend, one all-reduce, its status.
+JOB = """
+import json, os, torch, torch.distributed as dist
+from anyaccel.distributed import init_distributed, shm_all_reduce_status
+info = init_distributed()
+x = torch.ones(4)
+dist.all_reduce(x)
+print(json.dumps({"rank": info.rank, "sum": x.tolist(), "status": shm_all_reduce_status()}))
+dist.destroy_process_group()
+"""
+
+
+@needs_root
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="anyaccel_shm needs Linux")
+def test_init_distributed_refuses_a_planted_shm_op_loudly_and_runs_on_gloo(
+    world: World, tmp_path: Path
+) -> None:
+    from anyaccel.ops.cpu.shm_comm import ShareMemCommBuilder
+
+    root = world.shared_root()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCH_EXTENSIONS_DIR", str(root))
+        plan = ShareMemCommBuilder().plan()
+    world.plant_build(root / plan.extension_name, plan)  # where anyaccel looked before
+    world.plant_build(Path(plan.build_directory), plan)  # and the private directory, first
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_", "WORLD"))}
+    src = str(Path(__file__).resolve().parents[3] / "src")
+    env.update(TORCH_EXTENSIONS_DIR=str(root), OMP_NUM_THREADS="1", PYTHONPATH=src)
+    env.pop("DS_ACCELERATOR", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(script)],
+        env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert sorted(r["rank"] for r in ranks) == [0, 1]
+    private = root / f"anyaccel-{os.geteuid()}"
+    for rank in ranks:
+        assert rank["sum"] == [2.0] * 4
+        assert rank["status"].startswith("the shared-memory op is unavailable (refusing the op ")
+        assert str(private) in rank["status"]
+    warnings = [line for line in result.stderr.splitlines() if "anyaccel_shm: refusing" in line]
+    assert len(warnings) == 2, result.stderr[-3000:]  # one per rank, at the default level
+    assert not world.marker.exists()
 
 
 # ------------------------------------------------------------------ a root of another user
@@ -338,7 +391,7 @@ def test_a_link_is_never_opened_as_a_cache_file(tmp_path: Path) -> None:
     try:
         with pytest.raises(UntrustedCacheError, match="it is a symbolic link"):
             trust.open_to_read("link", dir_fd=fd, display=tmp_path / "link", what="library")
-        with pytest.raises(UntrustedCacheError, match="lock file .* symbolic link"):
+        with pytest.raises(UntrustedCacheError, match=r"lock file .* symbolic link"):
             trust.open_lock("link", dir_fd=fd, display=tmp_path / "link")
     finally:
         os.close(fd)
@@ -440,7 +493,9 @@ def test_a_descriptor_path_names_the_open_file_even_after_a_swap(tmp_path: Path)
 
 def test_a_refusal_names_the_path_the_owner_the_mode_and_the_fix(tmp_path: Path) -> None:
     status = os.stat(tmp_path)
-    error = trust.refusal(tmp_path, "root", f"it belongs to another user ({trust.describe(status)})")
+    error = trust.refusal(
+        tmp_path, "root", f"it belongs to another user ({trust.describe(status)})"
+    )
     assert error.path == str(tmp_path)
     message = str(error)
     assert f"root {tmp_path}: it belongs to another user (owned by uid {status.st_uid}" in message

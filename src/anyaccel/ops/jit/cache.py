@@ -87,26 +87,29 @@ def load_or_build(plan: BuildPlan) -> ModuleType:
     problem = toolchain_problem(plan.with_cuda)
     if problem is not None:
         raise BuildToolMissingError(f"cannot build op {plan.op_name!r}: {problem}")
-    with usable_build_directory(plan) as build_fd:
-        with exclusive_file_lock(LOCK_FILE, dir_fd=build_fd, display=_inside(plan, LOCK_FILE)):
-            reason = build_reason(plan)
-            try:  # another process may have finished (or repaired) it while we waited
-                return import_extension(plan, build_fd)
-            except _NotCached:
-                pass
-            except _LibraryDoesNotLoad as failed:
-                reason = f"the cached library does not load ({failed.loader_message})"
-                remove_entries(build_fd, keep=LOCK_FILE)
-            check_before_build(build_fd, plan.build_directory, keep=LOCK_FILE)
-            shared = f", library {plan.library}" if plan.library != plan.op_name else ""
-            announce(
-                f"building op {plan.op_name!r} ({plan.builder}{shared}): {reason}; this takes "
-                f"a while once, then it is cached in {plan.build_directory}"
-            )
-            started = time.perf_counter()
-            module = compile_extension(plan, workspace(build_fd, plan.build_directory))
-            elapsed = time.perf_counter() - started
-            write_stamp(plan, build_fd, elapsed)
+    lock = _inside(plan, LOCK_FILE)
+    with (
+        usable_build_directory(plan) as build_fd,
+        exclusive_file_lock(LOCK_FILE, dir_fd=build_fd, display=lock),
+    ):
+        reason = build_reason(plan)
+        try:  # another process may have finished (or repaired) it while we waited
+            return import_extension(plan, build_fd)
+        except _NotCached:
+            pass
+        except _LibraryDoesNotLoad as failed:
+            reason = f"the cached library does not load ({failed.loader_message})"
+            remove_entries(build_fd, keep=LOCK_FILE)
+        check_before_build(build_fd, plan.build_directory, keep=LOCK_FILE)
+        shared = f", library {plan.library}" if plan.library != plan.op_name else ""
+        announce(
+            f"building op {plan.op_name!r} ({plan.builder}{shared}): {reason}; this takes "
+            f"a while once, then it is cached in {plan.build_directory}"
+        )
+        started = time.perf_counter()
+        module = compile_extension(plan, workspace(build_fd, plan.build_directory))
+        elapsed = time.perf_counter() - started
+        write_stamp(plan, build_fd, elapsed)
     announce(f"built op {plan.op_name!r} in {elapsed:.1f} s")
     return module
 
@@ -190,8 +193,8 @@ def usable_build_directory(plan: BuildPlan) -> Iterator[int]:
         )
         raise ExtensionsDirError(
             f"cannot build op {plan.op_name!r}: {where} is not a writable directory "
-            f"({_why_unusable(Path(plan.build_directory), exc)}); point {EXTENSIONS_DIR_ENV} at "
-            f"a writable directory, e.g. `export {EXTENSIONS_DIR_ENV}=$HOME/.cache/torch_extensions`",
+            f"({_why_unusable(Path(plan.build_directory), exc)}); point {EXTENSIONS_DIR_ENV} at a "
+            f"writable directory, e.g. `export {EXTENSIONS_DIR_ENV}=$HOME/.cache/torch_extensions`",
             path=str(root),
         ) from exc
     with closing(build_fd):

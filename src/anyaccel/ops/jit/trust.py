@@ -116,9 +116,7 @@ def open_home(root: Path, *, create: bool) -> int:
         os.close(root_fd)
 
 
-def open_directory(
-    name: str, *, dir_fd: int, display: str | Path, what: str, create: bool
-) -> int:
+def open_directory(name: str, *, dir_fd: int, display: str | Path, what: str, create: bool) -> int:
     """A descriptor of directory ``name`` in ``dir_fd`` (made 0700 if ``create``), never a link.
 
     One of ours that others could write is made private (0700) with a warning; anything in it is
@@ -185,7 +183,7 @@ def check_file(status: os.stat_result, *, display: str | Path, what: str) -> Non
 
 
 def open_lock(name: str, *, dir_fd: int | None, display: str | Path) -> int:
-    """A descriptor of the lock file ``name`` (created 0600), never through a link or a hard link."""
+    """A descriptor of the lock file ``name`` (made 0600), never through a link or a hard link."""
     try:
         fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | _NO_LINK, 0o600, dir_fd=dir_fd)
     except OSError as exc:
