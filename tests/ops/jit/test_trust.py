@@ -384,6 +384,23 @@ def test_build_home_is_the_root_unless_others_may_write_it(tmp_path: Path) -> No
     assert trust.build_home(tmp_path / "missing") == tmp_path / "missing"
 
 
+def test_open_home_gives_the_checked_directory_builds_go_in(tmp_path: Path) -> None:
+    private, shared = tmp_path / "private", tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    for root in (private, shared):
+        fd = trust.open_home(root, create=True)
+        try:
+            opened, home = os.fstat(fd), trust.build_home(root).stat()
+            assert (opened.st_dev, opened.st_ino) == (home.st_dev, home.st_ino)
+        finally:
+            os.close(fd)
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700  # made missing, private
+    assert stat.S_IMODE((shared / f"anyaccel-{os.geteuid()}").stat().st_mode) == 0o700
+    with pytest.raises(FileNotFoundError):
+        trust.open_home(tmp_path / "missing", create=False)
+
+
 def test_a_link_is_never_opened_as_a_cache_file(tmp_path: Path) -> None:
     (tmp_path / "real").write_text("x")
     os.symlink(tmp_path / "real", tmp_path / "link")
