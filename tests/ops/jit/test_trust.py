@@ -304,6 +304,17 @@ def test_a_root_owned_by_another_user_is_refused_with_its_path(world: World) -> 
     assert sorted(p.name for p in root.iterdir()) == [plan.extension_name]  # nothing added
 
 
+@needs_root
+def test_a_root_that_is_another_users_link_is_refused(world: World, tmp_path: Path) -> None:
+    root = world.shared_root() / "torch_extensions"
+    as_nobody(f"ln -s '{tmp_path}' '{root}'")  # to a directory root owns, e.g. a home
+    outcome = world.load(root, "trust_warm")
+    kind, message, path = outcome["trust_warm"].split(" | ")
+    assert kind == "UntrustedCacheError" and path == str(root)
+    assert "it is a symbolic link owned by uid 65534" in message
+    assert not any(tmp_path.iterdir())  # nothing built where the link points
+
+
 # ------------------------------------------------------------------ our own directories
 @pytest.fixture
 def private_root(world: World) -> Path:
