@@ -228,6 +228,19 @@ def test_a_private_directory_another_user_made_first_is_refused_with_path_and_fi
 
 
 @needs_root
+def test_a_file_another_user_put_where_the_private_directory_goes_is_refused(
+    world: World,
+) -> None:
+    root = world.shared_root()
+    private = root / f"anyaccel-{os.geteuid()}"
+    as_nobody(f"touch '{private}'")
+    outcome = world.load(root, "trust_warm")
+    kind, message, path = outcome["trust_warm"].split(" | ")
+    assert kind == "UntrustedCacheError" and path == str(private)
+    assert "another user made it a file (owned by uid 65534" in message
+
+
+@needs_root
 def test_a_private_directory_that_is_a_link_is_refused(world: World) -> None:
     root = world.shared_root()
     private = root / f"anyaccel-{os.geteuid()}"

@@ -66,11 +66,18 @@ def refusal(path: str | Path, what: str, reason: str) -> UntrustedCacheError:
     )
 
 
-def _is_link(name: str, dir_fd: int | None) -> bool:
+def _refuse_planted(
+    name: str, dir_fd: int | None, display: str | Path, what: str, exc: OSError
+) -> None:
+    """Raise the refusal for a link or another user's file where a directory was expected."""
     try:
-        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+        status = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
-        return False
+        return
+    if stat.S_ISLNK(status.st_mode):
+        raise refusal(display, what, f"it is a symbolic link ({describe(status)})") from exc
+    if status.st_uid not in trusted_uids():
+        raise refusal(display, what, f"another user made it a file ({describe(status)})") from exc
 
 
 def build_home(root: Path) -> Path:
@@ -128,8 +135,8 @@ def open_directory(name: str, *, dir_fd: int, display: str | Path, what: str, cr
     try:
         fd = os.open(name, _OPEN_DIRECTORY, dir_fd=dir_fd)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(name, dir_fd):
-            raise refusal(display, what, "it is a symbolic link") from exc
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            _refuse_planted(name, dir_fd, display, what, exc)
         raise
     try:
         status = os.fstat(fd)
