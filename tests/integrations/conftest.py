@@ -69,8 +69,22 @@ def child_env() -> dict[str, str]:
     env.pop("DS_ACCELERATOR", None)
     extensions = os.environ.get("ANYACCEL_DEEPSPEED_EXTENSIONS_DIR")
     if extensions:
-        env["TORCH_EXTENSIONS_DIR"] = extensions
+        env["TORCH_EXTENSIONS_DIR"] = trusted_extensions_dir(Path(extensions))
     return env
+
+
+def trusted_extensions_dir(root: Path) -> str:
+    """The directory under ``root`` that passes anyaccel's cache trust rule (made if missing).
+
+    DeepSpeed's own ops build through torch's JIT, which checks no owner, mode or link, so its
+    children get the directory anyaccel itself would build in: ``root`` when only this user may
+    write it, else the private ``root/anyaccel-<uid>``. Raises ``UntrustedCacheError`` for a
+    root another user owns.
+    """
+    from anyaccel.ops.jit.trust import build_home, open_home
+
+    os.close(open_home(root, create=True))
+    return str(build_home(root))
 
 
 def run_python(

@@ -203,7 +203,7 @@ def test_read_only_cache_with_a_good_build_still_loads(
 
 
 def test_no_raw_os_error_escapes_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def disk_full(plan: object) -> None:
+    def disk_full(plan: object, directory: str) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(cache, "compile_extension", disk_full)

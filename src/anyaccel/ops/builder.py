@@ -23,6 +23,7 @@ from anyaccel.ops.jit.compiler import first_error_lines
 from anyaccel.ops.jit.key import build_key
 from anyaccel.ops.jit.plan import EXTENSIONS_DIR_ENV, BuildPlan, extensions_root, is_built
 from anyaccel.ops.jit.toolchain import cxx_compiler, find_ninja, toolchain_problem
+from anyaccel.ops.jit.trust import build_home
 
 __all__ = [
     "EXTENSIONS_DIR_ENV",
@@ -148,7 +149,7 @@ class OpBuilder:
             builder=type(self).__name__,
             library=library,
             extension_name=extension_name,
-            build_directory=str(extensions_root() / extension_name),
+            build_directory=str(build_home(extensions_root()) / extension_name),
             sources=sources,
             depends=depends,
             include_paths=include_paths,
@@ -165,7 +166,8 @@ class OpBuilder:
 
         Raises ``OpNotAvailableError`` when the op cannot run here (wrong backend, a forced SIMD
         level this CPU lacks), ``BuildToolMissingError`` when a build is needed and a tool is
-        missing, ``ExtensionsDirError`` when the cache directory is unusable, ``OpBuildError``
+        missing, ``ExtensionsDirError`` when the cache directory is unusable (its subclass
+        ``UntrustedCacheError`` when it could hold another user's code), ``OpBuildError``
         when compiling fails and ``OpLoadError`` when a library does not load even after one
         rebuild; all are ``OpError``s. A build is announced on the ``anyaccel.ops`` logger.
         """

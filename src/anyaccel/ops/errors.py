@@ -34,8 +34,15 @@ class OpLoadError(OpBuildError):
 
 
 class ExtensionsDirError(OpError):
-    """The op cache directory (``TORCH_EXTENSIONS_DIR``) is not a writable directory."""
+    """The op cache directory (``TORCH_EXTENSIONS_DIR``) is unusable: not a writable directory,
+    or not trusted (``UntrustedCacheError``). ``path`` is the offending path."""
 
     def __init__(self, message: str, *, path: str) -> None:
         super().__init__(message)
         self.path = path
+
+
+class UntrustedCacheError(ExtensionsDirError):
+    """A directory or file in the op cache could hold another user's code: owned by another user,
+    writable by others, or a symbolic link. Nothing there is built in or loaded; the message
+    names ``path``, its owner and mode, and the fix."""

@@ -40,8 +40,8 @@ def quick_builder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> QuickBuild
     source.write_text("// v1\\n")
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "cache"))
 
-    def fake_compile(plan: BuildPlan) -> ModuleType:
-        Path(plan.library_path).write_bytes(b"not an ELF file")
+    def fake_compile(plan: BuildPlan, directory: str) -> ModuleType:
+        (Path(directory) / f"{plan.extension_name}.so").write_bytes(b"not an ELF file")
         return ModuleType(plan.extension_name)
 
     monkeypatch.setattr(cache, "compile_extension", fake_compile)
@@ -88,7 +88,7 @@ def test_a_cached_load_announces_nothing(
 ) -> None:
     quick_builder.load()
     builder_module._loaded.pop(quick_builder.plan().key)
-    monkeypatch.setattr(cache, "import_extension", lambda plan: ModuleType(plan.extension_name))
+    monkeypatch.setattr(cache, "import_extension", lambda plan, fd: ModuleType(plan.extension_name))
     caplog.set_level(logging.INFO, logger="anyaccel")
     caplog.clear()
     assert quick_builder.load().__name__ == quick_builder.plan().extension_name

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from anyaccel.forksafe import ForkSafeLock, native_threads
+from anyaccel.ops.errors import UntrustedCacheError
 
 __all__ = [
     "RELEASE_WAIT",
@@ -139,6 +140,9 @@ def _local_problem() -> str:
         return "this platform has no memfd_create (Linux only)"
     try:
         load_kernel()
+    except UntrustedCacheError as exc:  # never quietly: the cache may hold another user's code
+        logger.warning("anyaccel_shm: %s; this group's collectives use torch.distributed", exc)
+        return f"the shared-memory op is unavailable ({exc})"
     except Exception as exc:  # a build or load failure only means: use torch.distributed
         return f"the shared-memory op is unavailable ({exc})"
     return ""

@@ -1,33 +1,47 @@
 """The on-disk build cache: load a finished build, or build it once under a file lock.
 
-A finished build is a directory under ``extensions_root()`` holding the library and a stamp
-written last; a cached load imports the library directly (no compiler probe, no subprocess).
+A finished build is a directory under the cache's home (``trust.build_home``) holding the
+library and a stamp written last; a cached load imports the library directly (no compiler
+probe, no subprocess). Every directory and file is opened by descriptor and checked by the
+trust rule in ``trust`` before it is built in or loaded; the library loaded is the one checked.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.machinery
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 from anyaccel.ops.errors import BuildToolMissingError, ExtensionsDirError, OpError, OpLoadError
 from anyaccel.ops.jit.announce import announce, logger
-from anyaccel.ops.jit.compiler import compile_extension
+from anyaccel.ops.jit.compiler import compile_extension, workspace
 from anyaccel.ops.jit.elf import library_problem
 from anyaccel.ops.jit.lock import LOCK_FILE, exclusive_file_lock
 from anyaccel.ops.jit.plan import (
     EXTENSIONS_DIR_ENV,
     STAMP_FILE,
+    STAMP_MAX_BYTES,
     BuildPlan,
     extensions_root,
-    is_built,
 )
 from anyaccel.ops.jit.toolchain import toolchain_problem
+from anyaccel.ops.jit.trust import (
+    WritableByOthers,
+    check_before_build,
+    closing,
+    descriptor_path,
+    make_private_file,
+    open_directory,
+    open_home,
+    open_to_read,
+    remove_entries,
+)
 
 
 class _LibraryDoesNotLoad(OpError):
@@ -38,54 +52,91 @@ class _LibraryDoesNotLoad(OpError):
         self.loader_message = loader_message
 
 
+class _NotCached(OpError):
+    """No finished build of the plan on disk (never leaves this module)."""
+
+
 def load_or_build(plan: BuildPlan) -> ModuleType:
     """Import a finished build from disk, building it first (under a file lock) if needed.
 
-    A cached library that does not load (truncated by a full disk, a killed copy) is
-    rebuilt once, with a warning; a read-only cache that holds a good build still loads.
+    A cached library that does not load (truncated by a full disk, a killed copy) or that
+    others could have changed is rebuilt once, with a warning; a read-only cache that holds a
+    good build still loads. Raises ``UntrustedCacheError`` where the cache could hold another
+    user's code (see ``anyaccel.ops.jit.trust``).
     """
-    if is_built(plan):
-        try:
-            return import_extension(plan)
-        except _LibraryDoesNotLoad as failed:
-            logger.warning(
-                "cached op %r at %s does not load (%s); rebuilding it once",
-                plan.op_name,
-                plan.library_path,
-                failed.loader_message,
-            )
-            problem = toolchain_problem(plan.with_cuda)
-            if problem is not None:
-                raise OpLoadError(
-                    f"cached op {plan.op_name!r} at {plan.library_path} does not load "
-                    f"({failed.loader_message}) and cannot be rebuilt here: {problem}; "
-                    f"or copy a good build into {plan.build_directory}",
-                    library_path=plan.library_path,
-                    loader_message=failed.loader_message,
-                ) from failed
+    try:
+        return import_cached(plan)
+    except _NotCached:
+        pass
+    except _LibraryDoesNotLoad as failed:
+        logger.warning(
+            "cached op %r at %s does not load (%s); rebuilding it once",
+            plan.op_name,
+            plan.library_path,
+            failed.loader_message,
+        )
+        problem = toolchain_problem(plan.with_cuda)
+        if problem is not None:
+            raise OpLoadError(
+                f"cached op {plan.op_name!r} at {plan.library_path} does not load "
+                f"({failed.loader_message}) and cannot be rebuilt here: {problem}; "
+                f"or copy a good build into {plan.build_directory}",
+                library_path=plan.library_path,
+                loader_message=failed.loader_message,
+            ) from failed
     problem = toolchain_problem(plan.with_cuda)
     if problem is not None:
         raise BuildToolMissingError(f"cannot build op {plan.op_name!r}: {problem}")
-    build_directory = usable_build_directory(plan)
-    with exclusive_file_lock(build_directory / LOCK_FILE):
+    lock = _inside(plan, LOCK_FILE)
+    with (
+        usable_build_directory(plan) as build_fd,
+        exclusive_file_lock(LOCK_FILE, dir_fd=build_fd, display=lock),
+    ):
         reason = build_reason(plan)
-        if is_built(plan):  # another process finished (or repaired) it while we waited
-            try:
-                return import_extension(plan)
-            except _LibraryDoesNotLoad as failed:
-                reason = f"the cached library does not load ({failed.loader_message})"
-                discard_build(build_directory)
+        try:  # another process may have finished (or repaired) it while we waited
+            return import_extension(plan, build_fd)
+        except _NotCached:
+            pass
+        except _LibraryDoesNotLoad as failed:
+            reason = f"the cached library does not load ({failed.loader_message})"
+            remove_entries(build_fd, keep=LOCK_FILE)
+        check_before_build(build_fd, plan.build_directory, keep=LOCK_FILE)
         shared = f", library {plan.library}" if plan.library != plan.op_name else ""
         announce(
-            f"building op {plan.op_name!r} ({plan.builder}{shared}): {reason}; this takes a "
-            f"while once, then it is cached in {plan.build_directory}"
+            f"building op {plan.op_name!r} ({plan.builder}{shared}): {reason}; this takes "
+            f"a while once, then it is cached in {plan.build_directory}"
         )
         started = time.perf_counter()
-        module = compile_extension(plan)
+        module = compile_extension(plan, workspace(build_fd, plan.build_directory))
         elapsed = time.perf_counter() - started
-        write_stamp(plan, elapsed)
+        write_stamp(plan, build_fd, elapsed)
     announce(f"built op {plan.op_name!r} in {elapsed:.1f} s")
     return module
+
+
+def _inside(plan: BuildPlan, name: str) -> str:
+    return os.path.join(plan.build_directory, name)
+
+
+def import_cached(plan: BuildPlan) -> ModuleType:
+    """Import ``plan``'s finished build without creating anything; ``_NotCached`` if none."""
+    try:
+        home = open_home(extensions_root(), create=False)
+    except OSError as exc:
+        raise _NotCached(str(exc)) from exc
+    with closing(home):
+        try:
+            build_fd = open_directory(
+                plan.extension_name,
+                dir_fd=home,
+                display=plan.build_directory,
+                what="build directory",
+                create=False,
+            )
+        except OSError as exc:
+            raise _NotCached(str(exc)) from exc
+        with closing(build_fd):
+            return import_extension(plan, build_fd)
 
 
 def build_reason(plan: BuildPlan) -> str:
@@ -109,20 +160,32 @@ def build_reason(plan: BuildPlan) -> str:
     return "first use (nothing cached yet)"
 
 
-def usable_build_directory(plan: BuildPlan) -> Path:
-    """Create ``plan``'s build directory and prove it writable; else ``ExtensionsDirError``.
+@contextlib.contextmanager
+def usable_build_directory(plan: BuildPlan) -> Iterator[int]:
+    """A descriptor of ``plan``'s build directory, created and checked (``trust``) and proven
+    writable; else ``ExtensionsDirError`` (``UntrustedCacheError`` where it is not trusted).
 
     Writability is tested by writing a file, not with ``os.access``, which says yes to root
     even on a read-only mount or in ``/proc``.
     """
-    build_directory = Path(plan.build_directory)
+    root = extensions_root()
+    build_fd = -1
     try:
-        build_directory.mkdir(parents=True, exist_ok=True)
-        handle, probe = tempfile.mkstemp(prefix=".write-test-", dir=build_directory)
-        os.close(handle)
-        os.unlink(probe)
+        with closing(open_home(root, create=True)) as home:
+            build_fd = open_directory(
+                plan.extension_name,
+                dir_fd=home,
+                display=plan.build_directory,
+                what="build directory",
+                create=True,
+            )
+        probe = f".write-test-{os.getpid()}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        os.close(os.open(probe, flags, 0o600, dir_fd=build_fd))
+        os.unlink(probe, dir_fd=build_fd)
     except OSError as exc:
-        root = extensions_root()
+        if build_fd >= 0:
+            os.close(build_fd)
         where = (
             f"{EXTENSIONS_DIR_ENV}={os.environ[EXTENSIONS_DIR_ENV]}"
             if os.environ.get(EXTENSIONS_DIR_ENV)
@@ -130,11 +193,12 @@ def usable_build_directory(plan: BuildPlan) -> Path:
         )
         raise ExtensionsDirError(
             f"cannot build op {plan.op_name!r}: {where} is not a writable directory "
-            f"({_why_unusable(build_directory, exc)}); point {EXTENSIONS_DIR_ENV} at a "
+            f"({_why_unusable(Path(plan.build_directory), exc)}); point {EXTENSIONS_DIR_ENV} at a "
             f"writable directory, e.g. `export {EXTENSIONS_DIR_ENV}=$HOME/.cache/torch_extensions`",
             path=str(root),
         ) from exc
-    return build_directory
+    with closing(build_fd):
+        yield build_fd
 
 
 def _why_unusable(path: Path, exc: OSError) -> str:
@@ -145,48 +209,88 @@ def _why_unusable(path: Path, exc: OSError) -> str:
     return f"{exc.strerror or exc} at {exc.filename or path}"
 
 
-def discard_build(build_directory: Path) -> None:
-    """Delete a build that does not load (all but the lock we hold), so it builds from scratch."""
-    for entry in build_directory.iterdir():
-        if entry.name == LOCK_FILE:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
+def write_stamp(plan: BuildPlan, build_fd: int, seconds: float) -> None:
+    """Record a finished build atomically, so readers never see a half-written one.
 
-
-def write_stamp(plan: BuildPlan, seconds: float) -> None:
-    """Record a finished build atomically, so readers never see a half-written one."""
-    stamp = Path(plan.build_directory) / STAMP_FILE
-    partial = stamp.with_suffix(f".tmp{os.getpid()}")
+    The library is first made writable by its owner only (a umask of 002 leaves it
+    group-writable, and a cached load refuses that).
+    """
+    library_fd = os.open(
+        f"{plan.extension_name}.so", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=build_fd
+    )
+    with closing(library_fd):
+        make_private_file(library_fd)
+        size = os.fstat(library_fd).st_size
     record: dict[str, object] = {
         "key": plan.key,
         "extension": plan.extension_name,
         "build_seconds": round(seconds, 2),
-        "library_bytes": os.path.getsize(plan.library_path),
+        "library_bytes": size,
+        "cflags": " ".join(plan.cflags),
     }
-    record["cflags"] = " ".join(plan.cflags)
-    partial.write_text(json.dumps(record, indent=1), encoding="utf-8")
-    os.replace(partial, stamp)
+    partial = f"{STAMP_FILE}.tmp{os.getpid()}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(partial, dir_fd=build_fd)  # left by a killed process that had our pid
+    with os.fdopen(os.open(partial, flags, 0o644, dir_fd=build_fd), "w", encoding="utf-8") as out:
+        out.write(json.dumps(record, indent=1))
+    os.replace(partial, STAMP_FILE, src_dir_fd=build_fd, dst_dir_fd=build_fd)
 
 
-def import_extension(plan: BuildPlan) -> ModuleType:
-    """Import a finished build's shared library directly (the fast, subprocess-free path).
+def read_stamp(plan: BuildPlan, build_fd: int) -> dict[str, object]:
+    """The stamp of ``plan``'s finished build in ``build_fd``; ``_NotCached`` if there is none."""
+    try:
+        stamp_fd = open_to_read(
+            STAMP_FILE, dir_fd=build_fd, display=_inside(plan, STAMP_FILE), what="build record"
+        )
+    except FileNotFoundError as exc:
+        raise _NotCached("no stamp") from exc
+    try:
+        with os.fdopen(stamp_fd, "rb") as handle:
+            recorded = json.loads(handle.read(STAMP_MAX_BYTES))
+    except (OSError, ValueError) as exc:
+        raise _NotCached(f"unreadable stamp: {exc}") from exc
+    if not isinstance(recorded, dict) or recorded.get("key") != plan.key:
+        raise _NotCached("the stamp is another build's")
+    return recorded
 
-    Raises ``_LibraryDoesNotLoad`` with the loader's message when the library is unusable.
+
+def import_extension(plan: BuildPlan, build_fd: int) -> ModuleType:
+    """Import the finished build in ``build_fd`` (the fast, subprocess-free path).
+
+    The library is opened without following a link, checked (``trust``, then its size and ELF
+    headers) and loaded through that same descriptor. Raises ``_NotCached`` when there is no
+    finished build, ``_LibraryDoesNotLoad`` with the reason when it is unusable or others could
+    have changed it, and ``UntrustedCacheError`` when it is not ours.
     """
     import torch  # noqa: F401  # the library links against libtorch, which must be loaded first
 
-    problem = library_problem(plan)
-    if problem is not None:
-        raise _LibraryDoesNotLoad(problem)
-    spec = importlib.util.spec_from_file_location(plan.extension_name, plan.library_path)
-    if spec is None or spec.loader is None:
-        raise _LibraryDoesNotLoad(f"no importable library at {plan.library_path}")
-    module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
-    except (ImportError, OSError) as exc:
-        raise _LibraryDoesNotLoad(str(exc)) from exc
+        recorded = read_stamp(plan, build_fd)
+        library_fd = open_to_read(
+            f"{plan.extension_name}.so",
+            dir_fd=build_fd,
+            display=plan.library_path,
+            what="library",
+        )
+    except FileNotFoundError as exc:
+        raise _NotCached("no library") from exc
+    except WritableByOthers as exc:
+        raise _LibraryDoesNotLoad(f"not loaded, since others could have changed it: {exc}") from exc
+    with closing(library_fd):
+        with os.fdopen(os.dup(library_fd), "rb") as library:
+            problem = library_problem(library, recorded.get("library_bytes"))
+        if problem is not None:
+            raise _LibraryDoesNotLoad(problem)
+        path = descriptor_path(library_fd) or plan.library_path
+        loader = importlib.machinery.ExtensionFileLoader(plan.extension_name, path)
+        spec = importlib.util.spec_from_file_location(plan.extension_name, path, loader=loader)
+        if spec is None:
+            raise _LibraryDoesNotLoad(f"no importable library at {plan.library_path}")
+        try:
+            module = importlib.util.module_from_spec(spec)
+            loader.exec_module(module)
+        except (ImportError, OSError) as exc:
+            raise _LibraryDoesNotLoad(str(exc)) from exc
+    module.__file__ = plan.library_path
     return module

@@ -6,11 +6,29 @@ import contextlib
 import os
 import re
 import subprocess
-from pathlib import Path
 from types import ModuleType
 
+from anyaccel.forksafe import ForkSafeLock
 from anyaccel.ops.errors import OpBuildError, OpLoadError
-from anyaccel.ops.jit.plan import BuildPlan
+from anyaccel.ops.jit.plan import LOG_FILE, BuildPlan
+from anyaccel.ops.jit.trust import descriptor_path
+
+#: Build directories held open for the process's life, by (device, inode): torch's JIT builds
+#: through ``/proc/self/fd/N`` of the checked directory, and N must not change between builds
+#: of one directory (torch keys what it built in this process by the path).
+_workspaces: dict[tuple[int, int], int] = {}
+_workspaces_lock = ForkSafeLock()
+
+
+def workspace(build_fd: int, build_directory: str) -> str:
+    """The path torch's JIT builds ``build_fd`` through: the checked directory itself, whatever
+    happens to the path it was opened by (``build_directory`` where there is no /proc)."""
+    status = os.fstat(build_fd)
+    with _workspaces_lock:
+        held = _workspaces.get((status.st_dev, status.st_ino))
+        if held is None:
+            held = _workspaces[(status.st_dev, status.st_ino)] = os.dup(build_fd)
+    return descriptor_path(held) or build_directory
 
 
 def first_error_lines(output: str, limit: int = 8) -> list[str]:
@@ -24,8 +42,9 @@ def first_error_lines(output: str, limit: int = 8) -> list[str]:
     return lines[-limit:]
 
 
-def compile_extension(plan: BuildPlan) -> ModuleType:
-    """Run torch's ninja-based JIT build for ``plan``; raise ``OpBuildError`` with the log.
+def compile_extension(plan: BuildPlan, directory: str) -> ModuleType:
+    """Run torch's ninja-based JIT build for ``plan`` in ``directory`` (its checked build
+    directory, see ``workspace``); raise ``OpBuildError`` with the log.
 
     The caller holds the build directory's file lock. A library that builds but does not load
     raises ``OpLoadError``.
@@ -35,7 +54,7 @@ def compile_extension(plan: BuildPlan) -> ModuleType:
     # torch's own FileBaton lock is left behind by a killed build and would block forever;
     # we hold the directory's flock, so no live build owns it.
     with contextlib.suppress(FileNotFoundError):
-        os.remove(os.path.join(plan.build_directory, "lock"))
+        os.remove(os.path.join(directory, "lock"))
     try:
         module = cpp_extension.load(
             name=plan.extension_name,
@@ -44,13 +63,13 @@ def compile_extension(plan: BuildPlan) -> ModuleType:
             extra_cuda_cflags=list(plan.cuda_cflags) or None,
             extra_ldflags=list(plan.ldflags),
             extra_include_paths=list(plan.include_paths),
-            build_directory=plan.build_directory,
+            build_directory=directory,
             verbose=False,
             with_cuda=plan.with_cuda,
             is_python_module=True,
         )
     except ImportError as exc:  # built, but the loader refuses the library
-        if not os.path.exists(plan.library_path):
+        if not os.path.exists(os.path.join(directory, f"{plan.extension_name}.so")):
             # torch skips a build it already attempted in this process, then imports nothing
             raise OpBuildError(
                 f"building op {plan.op_name!r} ({plan.extension_name}) produced no library "
@@ -65,7 +84,7 @@ def compile_extension(plan: BuildPlan) -> ModuleType:
         ) from exc
     except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
         output = str(exc)
-        Path(plan.log_path).write_text(output + "\n", encoding="utf-8")
+        _write_log(os.path.join(directory, LOG_FILE), output)
         excerpt = "\n".join("    " + line for line in first_error_lines(output))
         raise OpBuildError(
             f"building op {plan.op_name!r} ({plan.extension_name}) failed:\n{excerpt}\n"
@@ -74,3 +93,10 @@ def compile_extension(plan: BuildPlan) -> ModuleType:
     if not isinstance(module, ModuleType):
         raise OpBuildError(f"building op {plan.op_name!r} produced no Python module")
     return module
+
+
+def _write_log(path: str, output: str) -> None:
+    """Write a failed build's output, never through a link."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(path, flags, 0o644), "w", encoding="utf-8") as log:
+        log.write(output + "\n")

@@ -6,31 +6,26 @@ recorded at build time and the ELF headers' extents are checked first (reads < 4
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import struct
-from pathlib import Path
-
-from anyaccel.ops.jit.plan import STAMP_FILE, BuildPlan
+from typing import BinaryIO
 
 
-def library_problem(plan: BuildPlan) -> str | None:
-    """Why ``plan``'s cached library would not load (found before the loader maps it), or None."""
+def library_problem(library: BinaryIO, expected_bytes: object) -> str | None:
+    """Why an open cached library would not load (found before the loader maps it), or None.
+
+    ``expected_bytes`` is the size its build recorded (``library_bytes`` in the stamp).
+    """
     try:
-        size = os.path.getsize(plan.library_path)
-        recorded = json.loads((Path(plan.build_directory) / STAMP_FILE).read_text("utf-8"))
-        with open(plan.library_path, "rb") as library:
-            header = library.read(64)
-            expected = recorded.get("library_bytes")
-            if isinstance(expected, int) and size != expected:
-                return f"file too short or changed: {size} bytes, the build wrote {expected}"
-            return elf_problem(library, header, size)
+        size = os.fstat(library.fileno()).st_size
+        if isinstance(expected_bytes, int) and size != expected_bytes:
+            return f"file too short or changed: {size} bytes, the build wrote {expected_bytes}"
+        return elf_problem(library, library.read(64), size)
     except (OSError, ValueError) as exc:
         return f"cannot read the cached library: {exc}"
 
 
-def elf_problem(library: io.BufferedReader, header: bytes, size: int) -> str | None:
+def elf_problem(library: BinaryIO, header: bytes, size: int) -> str | None:
     """Whether an ELF file's section table and loadable segments end within its ``size``."""
     if header[:4] != b"\x7fELF":
         return None  # not ELF (e.g. Mach-O): the recorded size is the only check

@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 from collections.abc import Iterator
 from pathlib import Path
+
+from anyaccel.ops.jit.trust import open_lock
 
 #: The lock file inside each build directory.
 LOCK_FILE = "anyaccel.lock"
 
 
 @contextlib.contextmanager
-def exclusive_file_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path``; the OS releases it if the process dies."""
-    with open(path, "a+", encoding="utf-8") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+def exclusive_file_lock(
+    path: str | Path, *, dir_fd: int | None = None, display: str | Path | None = None
+) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (relative to ``dir_fd`` if given); the OS
+    releases it if the process dies. The file is never opened through a link (see ``trust``)."""
+    fd = open_lock(str(path), dir_fd=dir_fd, display=display or path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

@@ -11,12 +11,17 @@ from pathlib import Path
 EXTENSIONS_DIR_ENV = "TORCH_EXTENSIONS_DIR"
 #: The record of a finished build, written last (atomically) into its build directory.
 STAMP_FILE = "anyaccel-build.json"
+#: A stamp is a few hundred bytes; more is not one of ours.
+STAMP_MAX_BYTES = 1 << 16
 #: The full compiler output of a failed build.
 LOG_FILE = "build.log"
 
 
 def extensions_root() -> Path:
-    """The cache root: ``$TORCH_EXTENSIONS_DIR``, else ``$XDG_CACHE_HOME/torch_extensions``."""
+    """The cache root: ``$TORCH_EXTENSIONS_DIR``, else ``$XDG_CACHE_HOME/torch_extensions``.
+
+    Builds go in it directly only when no one else may write it (``trust.build_home``).
+    """
     configured = os.environ.get(EXTENSIONS_DIR_ENV)
     if configured:
         return Path(configured).expanduser()
@@ -70,10 +75,20 @@ class BuildPlan:
 
 
 def is_built(plan: BuildPlan) -> bool:
-    """Whether ``plan`` has a finished build on disk (its stamp matches and its library exists)."""
+    """Whether ``plan`` has a finished build on disk (its stamp matches and its library exists).
+
+    A quick look for reports, never through a link; ``OpBuilder.load`` decides by the cache's
+    trust rule (``anyaccel.ops.jit.trust``) whether a build may be loaded.
+    """
     stamp = Path(plan.build_directory) / STAMP_FILE
     try:
-        recorded = json.loads(stamp.read_text(encoding="utf-8"))
+        fd = os.open(stamp, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            recorded = json.loads(handle.read(STAMP_MAX_BYTES))
     except (OSError, ValueError):
         return False
-    return bool(recorded.get("key") == plan.key and os.path.exists(plan.library_path))
+    return bool(
+        isinstance(recorded, dict)
+        and recorded.get("key") == plan.key
+        and os.path.exists(plan.library_path)
+    )
