@@ -120,7 +120,8 @@ def _read_regular(path: Path, root: Path | None) -> tuple[bytes, Path, FileIdent
         ) from None
     if problem is not None:
         raise SourceReadError(f"{path}: {problem}")
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    flags |= getattr(os, "O_BINARY", 0)  # Windows: no newline translation
     try:
         fd = os.open(path, flags)
     except OSError as error:
@@ -154,7 +155,10 @@ def _read_at_most(fd: int, size: int, path: Path) -> bytes:
         try:
             chunk = os.read(fd, min(left, 1 << 20))
         except BlockingIOError:
-            chunk = b"?"  # it would wait for data: not a file that ends
+            raise SourceReadError(
+                f"{path}: cannot read: it would wait for data that may never come (a "
+                "pseudo-file, not a source file on disk); it is left as it is"
+            ) from None
         if not chunk:
             break
         chunks.append(chunk)
