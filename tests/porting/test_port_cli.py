@@ -61,48 +61,6 @@ def test_unparsable_file_is_an_error_and_not_touched(tmp_path: Path) -> None:
     assert (tmp_path / "bad.py").read_text() == broken
 
 
-def test_missing_libcst_is_explained(tmp_path: Path) -> None:
-    (tmp_path / "train.py").write_text(SCRIPT)
-    blocker = tmp_path / "block"
-    blocker.mkdir()
-    (blocker / "libcst.py").write_text("raise ImportError('No module named libcst')\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "anyaccel", "port", "train.py"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": f"{blocker}{os.pathsep}{SRC}"},
-        timeout=120,
-    )
-    assert result.returncode == 2
-    assert "pip install 'anyaccel[port]'" in result.stderr and "Traceback" not in result.stderr
-
-
-def test_import_anyaccel_and_check_do_not_import_libcst(tmp_path: Path) -> None:
-    (tmp_path / "train.py").write_text(SCRIPT)
-    code = (
-        "import sys\nfrom anyaccel.cli import main\nstatus = main(['check', sys.argv[1]])\n"
-        "print(status, 'libcst' in sys.modules)"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(SRC)},
-        timeout=120,
-    )
-    assert result.stdout.splitlines()[-1] == "1 False", result.stderr
-
-
-def test_write_ports_a_file_with_classic_mac_line_ends(tmp_path: Path) -> None:
-    script = tmp_path / "cr.py"
-    script.write_bytes(b"import torch\rx = torch.zeros(3).cuda()\rif True:\r    pass\r")
-    result = run_port("--write", "cr.py", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    ported = script.read_bytes()
-    assert b"\n" not in ported and b".to(get_accelerator().current_device_name())\r" in ported
-
-
 def _tree_with_a_link_out(tmp_path: Path) -> tuple[Path, Path]:
     """tree/own.py, and tree/pkg/link.py -> ../../outside/victim.py (both need porting)."""
     (tmp_path / "tree" / "pkg").mkdir(parents=True)
@@ -151,3 +109,45 @@ def test_a_file_reached_twice_through_a_link_in_the_tree_is_ported_once(tmp_path
     assert result.returncode == 0, result.stderr
     assert "ported 1 of 1 file(s)" in result.stderr  # the old code ported it twice
     assert (tmp_path / "b.py").is_symlink() and "get_accelerator" in (tmp_path / "a.py").read_text()
+
+
+def test_missing_libcst_is_explained(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "libcst.py").write_text("raise ImportError('No module named libcst')\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "anyaccel", "port", "train.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": f"{blocker}{os.pathsep}{SRC}"},
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "pip install 'anyaccel[port]'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_import_anyaccel_and_check_do_not_import_libcst(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    code = (
+        "import sys\nfrom anyaccel.cli import main\nstatus = main(['check', sys.argv[1]])\n"
+        "print(status, 'libcst' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        timeout=120,
+    )
+    assert result.stdout.splitlines()[-1] == "1 False", result.stderr
+
+
+def test_write_ports_a_file_with_classic_mac_line_ends(tmp_path: Path) -> None:
+    script = tmp_path / "cr.py"
+    script.write_bytes(b"import torch\rx = torch.zeros(3).cuda()\rif True:\r    pass\r")
+    result = run_port("--write", "cr.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    ported = script.read_bytes()
+    assert b"\n" not in ported and b".to(get_accelerator().current_device_name())\r" in ported
