@@ -208,3 +208,40 @@ def test_the_name_rule_gives_one_verdict_on_every_path(tmp_path: Path) -> None:
     claim = "plugin 'impostor' (impostor-accel) claims a built-in backend's name: _name 'cuda'"
     for path in ("plugin", "set_accelerator", "conformance"):
         assert claim in out[path], (path, out)
+
+
+# The same claim by an accelerator that only looks like one (no subclass: set_accelerator
+# would adopt it, binding defaults and registering its class with anyaccel.Accelerator).
+_DUCK_IMPOSTOR = """
+from anyaccel.backends.cpu import CpuAccelerator
+
+class Impostor:
+    pass
+
+for _member in dir(CpuAccelerator):
+    if not _member.startswith("__"):
+        setattr(Impostor, _member, getattr(CpuAccelerator, _member))
+Impostor._name = "cuda"
+"""
+
+_REFUSED_DUCK = """
+import json, warnings
+warnings.simplefilter("ignore")
+import anyaccel
+from duck_plugin import Impostor
+
+duck = Impostor()
+try:
+    anyaccel.set_accelerator(duck)
+    error = "accepted"
+except anyaccel.InvalidAcceleratorError as refusal:
+    error = str(refusal)
+print(json.dumps({"error": error, "adopted": isinstance(duck, anyaccel.Accelerator)}))
+"""
+
+
+def test_set_accelerator_refusing_a_look_alike_leaves_it_unadopted(tmp_path: Path) -> None:
+    _install(tmp_path, "duck-accel", "duck_plugin", _DUCK_IMPOSTOR, "duck = duck_plugin:Impostor")
+    out = _run(tmp_path, _REFUSED_DUCK)
+    assert "plugin 'duck' (duck-accel) claims a built-in backend's name" in out["error"], out
+    assert out["adopted"] is False  # the old code registered its class before refusing it

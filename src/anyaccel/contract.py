@@ -21,6 +21,8 @@ __all__ = [
     "CONTRACT_MEMBERS",
     "OPTIONAL_MEMBERS",
     "REQUIRED_MEMBERS",
+    "accelerator_argument",
+    "check_accelerator",
     "missing_members",
     "signature_problems",
     "validated",
@@ -147,20 +149,55 @@ def _suggested_name(name: str) -> str:
     return token if token[:1].isalpha() else f"dev_{token}".rstrip("_")
 
 
-def validated(candidate: object, *, check_signatures: bool = True) -> Accelerator:
-    """``candidate`` as an accelerator, or ``InvalidAcceleratorError`` naming what is wrong.
+def accelerator_argument(value: object, call: str) -> Accelerator:
+    """``value`` as an accelerator argument of ``call``, or ``InvalidAcceleratorError`` naming it.
 
-    Objects that satisfy the contract without subclassing :class:`Accelerator` (such as an
-    accelerator written for DeepSpeed) are accepted once every member they have is callable
-    with the ABC's required arguments; the newer optional members they lack are bound from
-    anyaccel's defaults. ``check_signatures=False`` skips the signature check, for the
-    built-in path to intel_extension_for_deepspeed, whose ``initial_seed`` wants a seed.
+    Accepts an :class:`Accelerator` or an object with every member the contract requires
+    (an accelerator written for DeepSpeed); changes nothing. A device name such as ``"cpu"``
+    is refused with the way to choose a backend by name.
+    """
+    if isinstance(value, Accelerator):
+        return value
+    if isinstance(value, type):
+        raise InvalidAcceleratorError(
+            f"{call} takes an accelerator instance, got the class {value.__qualname__}; "
+            f"call it: {value.__qualname__}()"
+        )
+    if isinstance(value, str):
+        raise InvalidAcceleratorError(_string_refusal(value, call))
+    missing = missing_members(value)
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        shown = ", ".join(missing[:3]) + more
+        raise InvalidAcceleratorError(
+            f"{call} takes an accelerator object such as anyaccel.get_accelerator(), not "
+            f"{value!r} (type {type(value).__qualname__}, which lacks {shown})"
+        )
+    return value  # type: ignore[return-value]  # duck-typed: every required member is there
+
+
+def _string_refusal(value: str, call: str) -> str:
+    """Why a device name is no accelerator, and how to choose a backend by name."""
+    return (
+        f"{call} takes an accelerator object, not the string {value!r}: pass "
+        "anyaccel.get_accelerator() (to choose the backend by name, set "
+        f"DS_ACCELERATOR={value.partition(':')[0] or 'cpu'} before the first get_accelerator())"
+    )
+
+
+def check_accelerator(candidate: object, *, check_signatures: bool = True) -> None:
+    """Raise ``InvalidAcceleratorError`` naming what keeps ``candidate`` from being accepted.
+
+    The checks of :func:`validated`, without its changes: nothing is set on ``candidate``
+    and its class is not registered, so a caller can refuse for other reasons afterwards.
     """
     if isinstance(candidate, type):
         raise InvalidAcceleratorError(
             f"set_accelerator() needs an accelerator instance, got the class "
             f"{candidate.__qualname__}; call it: set_accelerator({candidate.__qualname__}())"
         )
+    if isinstance(candidate, str):
+        raise InvalidAcceleratorError(_string_refusal(candidate, "set_accelerator()"))
     missing = missing_members(candidate)
     if missing:
         raise InvalidAcceleratorError(
@@ -180,14 +217,28 @@ def validated(candidate: object, *, check_signatures: bool = True) -> Accelerato
             "use lowercase letters, digits, '_', '.' or '-', starting with a letter, as "
             f"DS_ACCELERATOR values are (e.g. {_suggested_name(name)!r})"
         )
-    if not isinstance(candidate, Accelerator):
-        problems = signature_problems(candidate) if check_signatures else []
+    if not isinstance(candidate, Accelerator) and check_signatures:
+        problems = signature_problems(candidate)
         if problems:
             raise InvalidAcceleratorError(
                 f"{type(candidate).__qualname__} object does not satisfy the accelerator "
                 f"contract: {'; '.join(problems)}. Give each the signature anyaccel.Accelerator "
                 "declares (or subclass it)."
             )
+
+
+def validated(candidate: object, *, check_signatures: bool = True) -> Accelerator:
+    """``candidate`` as an accelerator, or ``InvalidAcceleratorError`` naming what is wrong.
+
+    Objects that satisfy the contract without subclassing :class:`Accelerator` (such as an
+    accelerator written for DeepSpeed) are accepted once every member they have is callable
+    with the ABC's required arguments; the newer optional members they lack are bound from
+    anyaccel's defaults. ``check_signatures=False`` skips the signature check, for the
+    built-in path to intel_extension_for_deepspeed, whose ``initial_seed`` wants a seed.
+    Everything is checked (:func:`check_accelerator`) before anything is adopted.
+    """
+    check_accelerator(candidate, check_signatures=check_signatures)
+    if not isinstance(candidate, Accelerator):
         for member in OPTIONAL_MEMBERS + DEFAULT_HELPERS:
             if not hasattr(candidate, member):
                 default = getattr(Accelerator, member)

@@ -20,7 +20,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from anyaccel.abstract import Accelerator
-from anyaccel.contract import OPTIONAL_MEMBERS, REQUIRED_MEMBERS, missing_members, validated
+from anyaccel.contract import (
+    OPTIONAL_MEMBERS,
+    REQUIRED_MEMBERS,
+    check_accelerator,
+    missing_members,
+    validated,
+)
 from anyaccel.errors import (
     AcceleratorError,
     AcceleratorUnavailableError,
@@ -489,14 +495,18 @@ def set_accelerator(accel_obj: object) -> None:
     """Make ``accel_obj`` the process's accelerator.
 
     Raises :class:`~anyaccel.errors.InvalidAcceleratorError` (a ``TypeError``) naming every
-    contract member that is missing or not callable as the ABC declares it.
+    contract member that is missing or not callable as the ABC declares it, or the built-in
+    name a plugin's accelerator claims; nothing is changed (not even ``accel_obj``) then.
     """
     global _accelerator, _choice
     refuse_reentry("set_accelerator")
-    accelerator = _validated(accel_obj)
-    problem = plugin_name_problem(accelerator, builtin_names())
+    check_accelerator(accel_obj)
+    if isinstance(accel_obj, Accelerator):  # the state it should have had, made to judge it
+        accel_obj._settle()
+    problem = plugin_name_problem(accel_obj, builtin_names())
     if problem is not None:  # the verdict detection gives the same plugin
         raise InvalidAcceleratorError(problem)
+    accelerator = _validated(accel_obj)  # adopts a duck-typed object only now it is accepted
     report = DetectionReport(
         accelerator=accelerator._name,
         accelerator_class=f"{type(accelerator).__module__}.{type(accelerator).__qualname__}",

@@ -336,6 +336,48 @@ def test_install_on_cpu_sets_the_cpu_lever_and_uninstall_restores(clean: None) -
     assert integration.installed() is None
 
 
+class _ElsewhereAccelerator(CpuAccelerator):
+    """The CPU backend reporting another device (``meta``), for a second, conflicting install."""
+
+    def device_name(self, device_index: int | None = None) -> str:
+        return "meta" if device_index is None else f"meta:{device_index}"
+
+    def current_device_name(self) -> str:
+        return "meta:0"
+
+
+def test_a_refused_reinstall_leaves_the_first_installation_in_place(clean: None) -> None:
+    from accelerate import Accelerator
+
+    first = integration.install(CpuAccelerator())
+    patched = PartialState.__init__
+    Accelerator()  # accelerate's state now exists, on the CPU
+    with pytest.raises(integration.AccelerateStateConflictError, match="already exists on 'cpu'"):
+        integration.install(_ElsewhereAccelerator())
+    assert integration.installed() is first  # the old code had uninstalled it before refusing
+    assert os.environ["ACCELERATE_USE_CPU"] == "true"
+    assert PartialState.__init__ is patched
+
+
+@pytest.mark.parametrize(
+    ("argument", "named"),
+    [
+        ("cpu", "not the string 'cpu'.*DS_ACCELERATOR=cpu"),
+        (object(), "not <object object at 0x[0-9a-f]+> \\(type object, which lacks"),
+        (CpuAccelerator, "got the class CpuAccelerator; call it: CpuAccelerator\\(\\)"),
+    ],
+)
+def test_an_argument_that_is_no_accelerator_is_named_and_changes_nothing(
+    clean: None, argument: object, named: str
+) -> None:
+    from anyaccel.errors import InvalidAcceleratorError
+
+    for call in (integration.install, integration.explain):
+        with pytest.raises(InvalidAcceleratorError, match=f"{call.__name__}\\(\\) .*{named}"):
+            call(argument)  # type: ignore[operator]
+    assert integration.installed() is None and "ACCELERATE_USE_CPU" not in os.environ
+
+
 def test_install_under_a_launcher_pauses_at_exit_for_gloo_and_refuses_a_bad_pause(
     clean: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

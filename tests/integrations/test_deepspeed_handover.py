@@ -132,6 +132,29 @@ def test_install_without_deepspeed_names_the_package_to_install() -> None:
     )
 
 
+def test_install_without_deepspeed_leaves_anyaccels_accelerator_as_it_was() -> None:
+    run_python(
+        sys.executable,
+        """
+        import sys
+        sys.modules['deepspeed'] = None  # DeepSpeed not importable, whatever is installed
+        import anyaccel
+        from anyaccel.backends.cpu import CpuAccelerator
+        from anyaccel.integrations.deepspeed import DeepSpeedNotInstalledError, install
+        before = anyaccel.get_accelerator()
+        mine = CpuAccelerator()
+        try:
+            install(mine)
+        except DeepSpeedNotInstalledError as error:
+            assert 'pip install deepspeed' in str(error), error
+        else:
+            raise AssertionError('install() succeeded without DeepSpeed')
+        # the old code had already made `mine` anyaccel's accelerator
+        assert anyaccel.get_accelerator() is before, anyaccel.detection_report()
+        """,
+    )
+
+
 def test_install_refuses_an_object_that_is_no_accelerator(simulated_deepspeed: str) -> None:
     run_python(
         sys.executable,

@@ -419,6 +419,27 @@ def test_unsupported_precision_is_refused_for_trainer_and_fabric(
             build()
 
 
+@pytest.mark.parametrize("argument", ["cpu", object()])
+def test_an_accelerator_argument_that_is_no_accelerator_is_named(
+    integration: Any, argument: object
+) -> None:
+    shown = "the string 'cpu'" if argument == "cpu" else "<object object at"
+    builds = {
+        "AnyAccelerator()": lambda: integration.AnyAccelerator(argument),
+        "AnyMixedPrecision(accelerator=...)": lambda: integration.AnyMixedPrecision(
+            "bf16-mixed", accelerator=argument
+        ),
+        "AnyFabricMixedPrecision(accelerator=...)": lambda: integration.AnyFabricMixedPrecision(
+            "bf16-mixed", accelerator=argument
+        ),
+    }
+    for call, build in builds.items():  # the old code raised AttributeError from inside
+        with pytest.raises(anyaccel.InvalidAcceleratorError) as caught:
+            build()
+        assert str(caught.value).startswith(f"{call} takes an accelerator object")
+        assert shown in str(caught.value)
+
+
 def test_registration_is_idempotent_and_keeps_lightnings_names(integration: Any) -> None:
     from lightning.fabric.accelerators import ACCELERATOR_REGISTRY, CPUAccelerator
     from lightning.fabric.strategies import STRATEGY_REGISTRY

@@ -14,7 +14,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_check(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_check(
+    *args: str, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     return subprocess.run(
         [sys.executable, "-m", "anyaccel", "check", *args],
@@ -22,7 +24,7 @@ def run_check(*args: str, cwd: Path | None = None) -> subprocess.CompletedProces
         text=True,
         cwd=cwd,
         env=env,
-        timeout=120,
+        timeout=timeout,
     )
 
 
@@ -142,10 +144,49 @@ def test_a_named_pipe_is_refused_at_once_not_waited_on(tmp_path: Path) -> None:
     )
     assert named.returncode == 2
     assert named.stderr.strip().splitlines() == [
-        f"anyaccel check: {project / 'pipe.py'}: not a regular file (a named pipe); name a "
-        "Python source file or a directory"
+        f"anyaccel check: {project / 'pipe.py'}: not a regular file (a named pipe); skipped, "
+        "never opened: name a Python source file or a directory"
     ]
     walked = subprocess.run(
         [*command, str(project)], capture_output=True, text=True, env=env, timeout=60
     )
-    assert walked.returncode == 1 and "train.py" in walked.stdout and "pipe" not in walked.stderr
+    assert walked.returncode == 2 and "train.py" in walked.stdout
+    assert f"{project / 'pipe.py'}: not a regular file (a named pipe)" in walked.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux's /proc")
+def test_links_to_endless_or_special_files_are_refused_without_opening(tmp_path: Path) -> None:
+    # /proc/kmsg (readable by root) never ends: reading it waited for the next kernel message.
+    endless = Path("/proc/kmsg") if os.access("/proc/kmsg", os.R_OK) else Path("/proc/self/status")
+    (tmp_path / "tree" / "data").mkdir(parents=True)
+    project = _project(tmp_path / "tree")
+    os.mkfifo(tmp_path / "tree" / "data" / "pipe")
+    os.mkfifo(tmp_path / "outside-pipe")
+    (project / "kernel.py").symlink_to(endless)
+    (project / "inner_pipe.py").symlink_to("data/pipe")
+    (project / "outer_pipe.py").symlink_to("../outside-pipe")
+    result = run_check(str(project), timeout=60)
+    assert result.returncode == 2 and "train.py" in result.stdout
+    real = project.resolve()
+    refused = [line for line in result.stderr.splitlines() if "finding(s)" not in line]
+    assert refused == [
+        f"anyaccel check: {project / 'inner_pipe.py'}: not a regular file (a named pipe behind "
+        f"the symbolic link to {real / 'data' / 'pipe'}); skipped, never opened: name a Python "
+        "source file or a directory",
+        f"anyaccel check: {project / 'kernel.py'}: skipped, not read and not written: a "
+        f"symbolic link to {endless.resolve()}, outside {real} (the tree given); check or port "
+        "that file where it lives, or --exclude the link",
+        f"anyaccel check: {project / 'outer_pipe.py'}: skipped, not read and not written: a "
+        f"symbolic link to {tmp_path.resolve() / 'outside-pipe'}, outside {real} (the tree "
+        "given); check or port that file where it lives, or --exclude the link",
+    ]
+    named = run_check(str(endless), str(project / "kernel.py"), timeout=60)
+    assert named.returncode == 2
+    assert named.stderr.splitlines() == [
+        f"anyaccel check: {endless}: a kernel pseudo-file under /proc (it may never end); "
+        "skipped, never opened: name a Python source file",
+        f"anyaccel check: {project / 'kernel.py'}: a kernel pseudo-file under /proc behind the "
+        f"symbolic link to {endless.resolve()} (it may never end); skipped, never opened: name "
+        "a Python source file",
+    ]

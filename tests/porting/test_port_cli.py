@@ -61,6 +61,56 @@ def test_unparsable_file_is_an_error_and_not_touched(tmp_path: Path) -> None:
     assert (tmp_path / "bad.py").read_text() == broken
 
 
+def _tree_with_a_link_out(tmp_path: Path) -> tuple[Path, Path]:
+    """tree/own.py, and tree/pkg/link.py -> ../../outside/victim.py (both need porting)."""
+    (tmp_path / "tree" / "pkg").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    victim = tmp_path / "outside" / "victim.py"
+    victim.write_text(SCRIPT)
+    (tmp_path / "tree" / "own.py").write_text(SCRIPT)
+    (tmp_path / "tree" / "pkg" / "link.py").symlink_to("../../outside/victim.py")
+    return tmp_path / "tree", victim
+
+
+def test_write_leaves_a_file_reached_through_a_link_out_of_the_tree_alone(tmp_path: Path) -> None:
+    tree, victim = _tree_with_a_link_out(tmp_path)
+    result = run_port("--write", "tree/", cwd=tmp_path)
+    assert result.returncode == 2
+    assert victim.read_text() == SCRIPT  # the old code rewrote it, exit 0, no word
+    assert "get_accelerator" in (tree / "own.py").read_text()
+    assert (
+        f"anyaccel port: tree/pkg/link.py: skipped, not read and not written: a symbolic link "
+        f"to {victim.resolve()}, outside {tree.resolve()} (the tree given)"
+    ) in result.stderr
+    assert "ported 1 of 1 file(s)" in result.stderr
+
+
+def test_a_link_out_of_the_tree_named_explicitly_is_ported_where_it_points(tmp_path: Path) -> None:
+    tree, victim = _tree_with_a_link_out(tmp_path)
+    result = run_port("--write", "tree/pkg/link.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "get_accelerator" in victim.read_text()
+    assert (tree / "pkg" / "link.py").is_symlink()
+
+
+def test_a_directory_link_out_of_the_tree_is_not_followed(tmp_path: Path) -> None:
+    tree, victim = _tree_with_a_link_out(tmp_path)
+    (tree / "pkg" / "link.py").unlink()
+    (tree / "ext").symlink_to("../outside", target_is_directory=True)
+    result = run_port("--write", "tree", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert victim.read_text() == SCRIPT and "ported 1 of 1 file(s)" in result.stderr
+
+
+def test_a_file_reached_twice_through_a_link_in_the_tree_is_ported_once(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(SCRIPT)
+    (tmp_path / "b.py").symlink_to("a.py")
+    result = run_port("--write", ".", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "ported 1 of 1 file(s)" in result.stderr  # the old code ported it twice
+    assert (tmp_path / "b.py").is_symlink() and "get_accelerator" in (tmp_path / "a.py").read_text()
+
+
 def test_missing_libcst_is_explained(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(SCRIPT)
     blocker = tmp_path / "block"

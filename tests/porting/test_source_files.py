@@ -10,7 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from anyaccel.porting.config import CheckConfig
-from anyaccel.porting.source_files import IgnorePattern, IgnoreRules, iter_python_files
+from anyaccel.porting.source_files import (
+    IgnorePattern,
+    IgnoreRules,
+    PythonFile,
+    iter_python_files,
+)
 
 
 def _tree(root: Path, *files: str) -> None:
@@ -23,7 +28,7 @@ def _tree(root: Path, *files: str) -> None:
 def _found(root: Path, patterns: tuple[str, ...] = (), gitignore: bool = True) -> list[str]:
     rules = [*CheckConfig(root=root).exclude_rules(), IgnoreRules.from_lines(root, patterns)]
     found = iter_python_files([root], rules, gitignore)
-    return sorted(p.relative_to(root).as_posix() for p in found)
+    return sorted(f.path.relative_to(root).as_posix() for f in found)
 
 
 @pytest.mark.parametrize(
@@ -75,13 +80,14 @@ def test_gitignore_above_the_checked_directory_counts(tmp_path: Path) -> None:
     (tmp_path / ".gitignore").write_text("generated/\n")
     _tree(tmp_path, "src/generated/g.py", "src/m.py")
     found = iter_python_files([tmp_path / "src"], [], True)
-    assert [p.name for p in found] == ["m.py"]
+    assert [f.path.name for f in found] == ["m.py"]
 
 
 def test_explicit_files_are_always_checked(tmp_path: Path) -> None:
     _tree(tmp_path, "gen/a.py")
     rules = [IgnoreRules.from_lines(tmp_path, ["gen/"])]
-    assert list(iter_python_files([tmp_path / "gen" / "a.py"], rules)) == [tmp_path / "gen/a.py"]
+    found = list(iter_python_files([tmp_path / "gen" / "a.py"], rules))
+    assert found == [PythonFile(tmp_path / "gen/a.py", None)]
 
 
 def test_missing_path_is_named(tmp_path: Path) -> None:
@@ -102,7 +108,7 @@ def test_walk_problems_are_listed_and_the_walk_goes_on(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text("x = 1\n")
     problems: list[str] = []
     found = list(iter_python_files([tmp_path / "nope", tmp_path], [], True, problems))
-    assert found == [tmp_path / "m.py"]
+    assert found == [PythonFile(tmp_path / "m.py", tmp_path.resolve())]
     assert problems == [
         f"{tmp_path / 'nope'}: no such file or directory",
         f"{tmp_path / 'loop.py'}: cannot read: a symbolic link loop "
@@ -111,7 +117,7 @@ def test_walk_problems_are_listed_and_the_walk_goes_on(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
-def test_a_named_pipe_named_explicitly_is_refused_and_one_in_a_directory_skipped(
+def test_a_named_pipe_is_refused_never_opened_whether_named_or_walked(
     tmp_path: Path,
 ) -> None:
     _tree(tmp_path, "train.py")
@@ -119,7 +125,9 @@ def test_a_named_pipe_named_explicitly_is_refused_and_one_in_a_directory_skipped
     problems: list[str] = []
     named = list(iter_python_files([tmp_path / "pipe.py"], [], True, problems))
     assert named == [] and problems == [
-        f"{tmp_path / 'pipe.py'}: not a regular file (a named pipe); name a Python source file "
-        "or a directory"
+        f"{tmp_path / 'pipe.py'}: not a regular file (a named pipe); skipped, never opened: "
+        "name a Python source file or a directory"
     ]
-    assert _found(tmp_path) == ["train.py"]
+    walked: list[str] = []
+    assert [f.path.name for f in iter_python_files([tmp_path], [], True, walked)] == ["train.py"]
+    assert walked == [problems[0]]

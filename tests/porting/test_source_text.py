@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import stat
 from pathlib import Path
 
 import pytest
 
+from anyaccel.porting import source_files
 from anyaccel.porting.source_text import (
     PreparedWrite,
     SourceReadError,
@@ -96,3 +98,52 @@ def test_a_file_without_write_bits_is_read_only_even_for_root(tmp_path: Path) ->
     with pytest.raises(SourceWriteError, match="chmod u\\+w"):
         write_atomically(target, b"new\n")
     assert target.read_bytes() == b"old\n"
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux's /proc")
+def test_a_file_that_gives_more_than_its_size_is_not_read_to_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With /proc not named as a pseudo-filesystem, the size cap alone must stop the read:
+    # /proc files report size 0 and some (/proc/kmsg) never end.
+    monkeypatch.setattr(source_files, "PSEUDO_FILESYSTEMS", ())
+    (tmp_path / "status.py").symlink_to("/proc/self/status")
+    with pytest.raises(SourceReadError, match=r"gives more than the 0 byte\(s\) it reports"):
+        read_source(tmp_path / "status.py")
+    (tmp_path / "empty.py").write_bytes(b"")
+    assert read_source(tmp_path / "empty.py").text == ""
+
+
+def test_a_link_pointed_out_of_the_tree_after_the_walk_is_not_read(tmp_path: Path) -> None:
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "own.py").write_text("x = 1\n")
+    (tmp_path / "outside.py").write_text("secret = 1\n")
+    link = tmp_path / "tree" / "link.py"
+    link.symlink_to("own.py")
+    [found] = [f for f in source_files.iter_python_files([tmp_path / "tree"], []) if f.path == link]
+    link.unlink()
+    link.symlink_to("../outside.py")  # another process swaps the link between walk and read
+    outside_the_tree = re.escape(f"outside {tmp_path.resolve() / 'tree'} (the tree given)")
+    with pytest.raises(SourceReadError, match=outside_the_tree):
+        read_source(found.path, found.root)
+    assert found.root == (tmp_path / "tree").resolve()
+    assert read_source(found.path).text == "secret = 1\n"  # named explicitly: allowed
+
+
+@pytest.mark.parametrize("swap", ["a symbolic link", "another file"])
+def test_a_write_goes_only_to_the_file_that_was_read(tmp_path: Path, swap: str) -> None:
+    target = tmp_path / "m.py"
+    target.write_bytes(b"old\n")
+    victim = tmp_path / "victim.py"
+    victim.write_bytes(b"victim\n")
+    prepared = PreparedWrite(target, b"new\n", read_source(target, tmp_path.resolve()))
+    target.unlink()  # swapped after the read, before the write
+    if swap == "a symbolic link":
+        target.symlink_to(victim)
+    else:
+        target.write_bytes(b"theirs\n")
+    with pytest.raises(SourceWriteError, match="no longer the file that was read"):
+        prepared.commit()
+    assert victim.read_bytes() == b"victim\n"
+    assert target.is_symlink() if swap == "a symbolic link" else target.read_bytes() == b"theirs\n"
+    assert not list(tmp_path.glob("*.anyaccel-tmp"))

@@ -1,7 +1,8 @@
 """``anyaccel check PATH...``: list the CUDA-specific code in Python files, one finding a line.
 
 Exit status: 0 when nothing is found, 1 when something is, 2 when a path, a file or the
-configuration cannot be read (the message says which and why).
+configuration cannot be read, or a file is refused (a symlink out of the tree given, a named
+pipe or device, a /proc or /sys file: never opened); the message says which and why.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from anyaccel.porting.checker import Finding, check_source
 from anyaccel.porting.config import CheckConfig, ConfigError, find_config
-from anyaccel.porting.source_files import iter_python_files
+from anyaccel.porting.source_files import PythonFile, iter_python_files
 from anyaccel.porting.source_text import SourceReadError, read_source
 
 __all__ = ["add_arguments", "check_file", "check_paths", "format_findings", "path_argument", "run"]
@@ -58,10 +59,11 @@ def _codes(text: str | None) -> tuple[str, ...]:
     return tuple(c.strip() for c in text.split(",") if c.strip()) if text else ()
 
 
-def check_file(path: Path) -> tuple[list[Finding], str | None]:
-    """The findings in one file, or why it could not be checked."""
+def check_file(found: PythonFile) -> tuple[list[Finding], str | None]:
+    """The findings in one file the walk found, or why it could not be checked."""
+    path = found.path
     try:
-        source = read_source(path).text
+        source = read_source(path, found.root).text
     except SourceReadError as error:
         return [], str(error)
     try:
@@ -96,7 +98,7 @@ def check_paths(
         with concurrent.futures.ProcessPoolExecutor(workers) as pool:
             results = list(pool.map(check_file, files, chunksize=16))
     else:
-        results = [check_file(path) for path in files]
+        results = [check_file(found) for found in files]
     for found, problem in results:
         findings.extend(f for f in found if f.code in enabled)
         if problem:

@@ -3,19 +3,20 @@
 Prints a unified diff by default; ``--write`` writes the files. What cannot be ported safely
 is listed as ``file:line:col: CODE ...`` on stderr. Exit status: 0 when nothing is left to do,
 1 when a diff was shown (not written) or something is left for you, 2 on errors (a path
-missing, a file that does not parse, libcst missing).
+missing, a file that does not parse, libcst missing, a file refused: a symlink out of the
+tree given, a named pipe or device, a /proc or /sys file; refused files are never opened
+and never written).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from anyaccel.cli.check import path_argument
 from anyaccel.extras import install_hint
 from anyaccel.porting.config import ConfigError, find_config
-from anyaccel.porting.source_files import iter_python_files
+from anyaccel.porting.source_files import PythonFile, iter_python_files
 from anyaccel.porting.source_text import (
     PreparedWrite,
     SourceReadError,
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _port_all(
-    files: list[Path],
+    files: list[PythonFile],
     args: argparse.Namespace,
     enabled: frozenset[str],
     prepared: list[PreparedWrite],
@@ -100,9 +101,9 @@ def _port_all(
     from anyaccel.porting.codemod import PortError, port_source
 
     changed = left = unwritable = 0
-    for path in files:
+    for path, root in files:
         try:
-            source = read_source(path)
+            source = read_source(path, root)
             result = port_source(source.text, str(path))
             data = source.encode(result.ported) if result.changed and args.write else b""
         except (SourceReadError, SourceWriteError, PortError) as error:
@@ -118,7 +119,7 @@ def _port_all(
             changed += 1
             if args.write:
                 try:
-                    prepared.append(PreparedWrite(path, data))
+                    prepared.append(PreparedWrite(path, data, source))
                 except SourceWriteError as error:
                     problems.append(str(error))
                     unwritable += 1

@@ -461,30 +461,29 @@ def install(accelerator: Accelerator | None = None) -> Installation:
 
     Raises :class:`AccelerateNotInstalledError` or :class:`UnsupportedVersionError` (see
     :func:`check_versions`), :class:`AccelerateStateConflictError` if accelerate's state already
-    exists with another device, and :class:`NoDistributedTypeError` for a multi-process job on a
-    device accelerate cannot run distributed. Nothing is changed when it raises. Warns with
+    exists with another device, :class:`NoDistributedTypeError` for a multi-process job on a
+    device accelerate cannot run distributed, and ``anyaccel.InvalidAcceleratorError`` (a
+    ``TypeError``) for an ``accelerator`` that is no accelerator object (``"cpu"``). Nothing is
+    changed when it raises: an earlier installation stays in place. Warns with
     :class:`TransformersDeviceWarning` if transformers' own single-process chain would still
     pick another device (then pass ``TrainingArguments(use_cpu=True)`` or hide that device).
     """
     global _installation
+    accelerator = _accelerator_argument(accelerator, "install()")
     versions = check_versions()
-    if accelerator is None:
-        from anyaccel.detection import get_accelerator
-
-        accelerator = get_accelerator()
     with _lock:
         device = accelerator.device_name()
         if _device_type(device) != "cpu" and not _is_launched(os.environ):
             device = accelerator.current_device_name()
-        if _installation is not None:
-            if _device_type(_installation.device) == _device_type(device):
-                return _installation
-            uninstall()
-        plan = _plan(accelerator, os.environ, device)
+        current = _installation
+        if current is not None and _device_type(current.device) == _device_type(device):
+            return current
+        environ = _environ_without(current)  # judged as if the earlier one were undone
+        plan = _plan(accelerator, environ, device)
         _check_existing(plan)
         warning = None
         if versions.get("transformers") is not None and plan.expected.distributed_type == "NO":
-            after = _transformers_choice({**os.environ, **plan.environment}, plan.expected)
+            after = _transformers_choice({**environ, **plan.environment}, plan.expected)
             if _device_type(after.device) != _device_type(plan.device):
                 fix = (
                     "pass TrainingArguments(use_cpu=True)"
@@ -500,6 +499,8 @@ def install(accelerator: Accelerator | None = None) -> Installation:
             from anyaccel.distributed.exit_grace import install_exit_grace
 
             install_exit_grace()  # a malformed ANYACCEL_EXIT_GRACE is refused before any change
+        if current is not None:  # every check passed: only now is the earlier one undone
+            uninstall()
         previous = {name: os.environ.get(name) for name in plan.environment}
         os.environ.update(plan.environment)
         if plan.partial_state_cpu:
@@ -516,6 +517,28 @@ def install(accelerator: Accelerator | None = None) -> Installation:
     if warning is not None:
         warnings.warn(warning, TransformersDeviceWarning, stacklevel=2)
     return _installation
+
+
+def _accelerator_argument(accelerator: object, call: str) -> Accelerator:
+    """``accelerator`` checked (``InvalidAcceleratorError`` naming it), or the selected one."""
+    if accelerator is None:
+        from anyaccel.detection import get_accelerator
+
+        return get_accelerator()
+    from anyaccel.contract import accelerator_argument
+
+    return accelerator_argument(accelerator, f"anyaccel.integrations.accelerate.{call}")
+
+
+def _environ_without(installation: Installation | None) -> dict[str, str]:
+    """``os.environ`` as it was before ``installation`` set its variables."""
+    environ = dict(os.environ)
+    if installation is not None:
+        for name, value in installation.previous_environment.items():
+            environ.pop(name, None)
+            if value is not None:
+                environ[name] = value
+    return environ
 
 
 def uninstall() -> None:
@@ -677,22 +700,14 @@ def explain(accelerator: Accelerator | None = None) -> Explanation:
 
     Builds no framework state and changes nothing (accelerate's availability checks run, as
     they would in accelerate itself). Raises like :func:`check_versions` when accelerate is
-    missing or unsupported.
+    missing or unsupported, and ``anyaccel.InvalidAcceleratorError`` for an ``accelerator``
+    that is no accelerator object.
     """
+    accelerator = _accelerator_argument(accelerator, "explain()")
     versions = check_versions()
-    if accelerator is None:
-        from anyaccel.detection import get_accelerator
-
-        accelerator = get_accelerator()
     device = accelerator.device_name()
     device_type = _device_type(device)
-    environ = dict(os.environ)
-    active = _installation
-    if active is not None:  # "on its own" means without what install() set
-        for name, value in active.previous_environment.items():
-            environ.pop(name, None)
-            if value is not None:
-                environ[name] = value
+    environ = _environ_without(_installation)  # "on its own" means without what install() set
     own = _accelerate_choice(environ, cpu=_flag(environ.get(_USE_CPU)))
     own = FrameworkChoice(**{**asdict(own), "version": versions["accelerate"]})
     has_transformers = versions.get("transformers") is not None

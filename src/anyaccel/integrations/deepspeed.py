@@ -15,6 +15,7 @@ detection runs. This module imports neither torch nor DeepSpeed at load time.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -61,10 +62,21 @@ def install(accelerator: Accelerator | None = None) -> Accelerator:
     classes in ``deepspeed.ops.op_builder``, whose native modules DeepSpeed's optimizers
     call) stays DeepSpeed's own. Raises :class:`DeepSpeedNotInstalledError` when DeepSpeed
     cannot be imported, :class:`DeepSpeedHandOverError` when DeepSpeed refuses the
-    accelerator, and ``anyaccel.InvalidAcceleratorError`` for an object that is no accelerator.
+    accelerator, and ``anyaccel.InvalidAcceleratorError`` for an object that is no accelerator;
+    for these two refusals nothing is changed (anyaccel's accelerator stays as it was). When
+    DeepSpeed is there but fails while importing, ``accelerator`` is already anyaccel's.
     """
     from anyaccel.detection import get_accelerator, set_accelerator
 
+    if accelerator is not None:
+        from anyaccel.contract import check_accelerator
+
+        check_accelerator(accelerator)
+    if not _deepspeed_present():  # before set_accelerator: a refusal changes nothing
+        raise DeepSpeedNotInstalledError(
+            "anyaccel.integrations.deepspeed.install() needs DeepSpeed, which is not installed "
+            "here. Install it with `DS_BUILD_OPS=0 pip install deepspeed`."
+        )
     if accelerator is None:
         accelerator = get_accelerator()
     else:
@@ -93,6 +105,14 @@ def install(accelerator: Accelerator | None = None) -> Accelerator:
         hand_over_when_loaded(None)
     _set_in_deepspeed(ds_accelerator, accelerator)
     return accelerator
+
+
+def _deepspeed_present() -> bool:
+    """Whether ``import deepspeed`` can find a package (without importing it)."""
+    try:
+        return importlib.util.find_spec("deepspeed") is not None
+    except (ImportError, ValueError):  # a half-imported module: let the import itself say why
+        return True
 
 
 def _set_in_deepspeed(module: ModuleType, accelerator: Accelerator) -> None:

@@ -181,6 +181,20 @@ def _default_accelerator() -> AnyaccelAccelerator:
     return get_accelerator()
 
 
+def _accelerator_argument(value: object, call: str) -> AnyaccelAccelerator:
+    """``value`` if it is an accelerator object; ``InvalidAcceleratorError`` naming it if not."""
+    from anyaccel.contract import accelerator_argument
+
+    return accelerator_argument(value, call)
+
+
+def _accelerator_or_default(value: object, prefix: str) -> AnyaccelAccelerator:
+    """A mixed-precision plugin's ``accelerator=``: checked, or the selected one when None."""
+    if value is None:
+        return _default_accelerator()
+    return _accelerator_argument(value, f"{prefix}MixedPrecision(accelerator=...)")
+
+
 def _device_type(accelerator: AnyaccelAccelerator) -> str:
     """The torch device type the accelerator's tensors live on (``"cpu"``, ``"npu"``...)."""
     return accelerator.device(0).type
@@ -473,6 +487,9 @@ def _build(package: str, version: str) -> Flavour:
         _bound: ClassVar[AnyaccelAccelerator | None] = None
 
         def __new__(cls, accelerator: AnyaccelAccelerator | None = None) -> AnyAccelerator:
+            """Raises ``anyaccel.InvalidAcceleratorError`` for an object that is no accelerator."""
+            if accelerator is not None:
+                accelerator = _accelerator_argument(accelerator, "AnyAccelerator()")
             if accelerator is not None and cls._bound is not accelerator:
                 cls = _bound_class_for(AnyAccelerator, id(accelerator), accelerator)
             return super().__new__(cls)
@@ -667,7 +684,10 @@ def _build(package: str, version: str) -> Flavour:
             scaler: torch.amp.GradScaler | None = None,
             accelerator: AnyaccelAccelerator | None = None,
         ) -> None:
-            device = _checked_precision(precision, accelerator or _default_accelerator())
+            """Raises :class:`LightningSetupError` for a precision the device cannot do, and
+            ``anyaccel.InvalidAcceleratorError`` for an ``accelerator`` that is no accelerator.
+            """
+            device = _checked_precision(precision, _accelerator_or_default(accelerator, "Any"))
             super().__init__(precision, device, scaler)
 
     class AnyFabricMixedPrecision(FabricMixedPrecision):
@@ -679,7 +699,11 @@ def _build(package: str, version: str) -> Flavour:
             scaler: torch.amp.GradScaler | None = None,
             accelerator: AnyaccelAccelerator | None = None,
         ) -> None:
-            device = _checked_precision(precision, accelerator or _default_accelerator())
+            """Raises :class:`LightningSetupError` for a precision the device cannot do, and
+            ``anyaccel.InvalidAcceleratorError`` for an ``accelerator`` that is no accelerator.
+            """
+            accelerator = _accelerator_or_default(accelerator, "AnyFabric")
+            device = _checked_precision(precision, accelerator)
             super().__init__(precision, device, scaler)
 
     sides = (

@@ -13,7 +13,12 @@ from torch.optim.optimizer import ParamsT, StateDict
 
 from anyaccel.ops.cpu.cpu_adam import CPUAdamBuilder
 from anyaccel.ops.host_optimizer import HostOptimizer
-from anyaccel.ops.hyperparams import ADAM_RULES, check_torch_betas, validate
+from anyaccel.ops.hyperparams import (
+    ADAM_RULES,
+    check_torch_betas,
+    check_torch_tensor_foreach,
+    validate,
+)
 
 #: Adam's state tensors and their initial values.
 ADAM_STATES = (("exp_avg", 0.0), ("exp_avg_sq", 0.0))
@@ -73,6 +78,7 @@ class CPUAdam(HostOptimizer):
         }
         defaults["decoupled_weight_decay"] = defaults["adamw_mode"]
         if self.torch_betas_rule:
+            check_torch_tensor_foreach(self.torch_counterpart or "Adam", defaults)
             validate(self.hyperparameter_rules, defaults)  # torch checks values first
             check_torch_betas(betas)
         super().__init__(params, defaults)

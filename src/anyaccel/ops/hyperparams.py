@@ -224,6 +224,48 @@ def check_torch_betas(betas: Any) -> None:
         )
 
 
+def check_torch_tensor_foreach(counterpart: str, values: Mapping[str, Any]) -> None:
+    """torch.optim.Adam(W)'s refusal of a tensor ``lr`` or ``betas[0]`` with ``foreach=True``.
+
+    torch refuses them (``capturable=False``) before it looks at the parameters; anyaccel's
+    fused step could take them, but code written against torch is refused alike, in torch's
+    words, where the installed torch refuses them.
+    """
+    if not _truthy_flag(values.get("foreach")) or _truthy_flag(values.get("capturable")):
+        return
+    betas = values.get("betas")
+    first_beta = betas[0] if isinstance(betas, tuple | list) and betas else None
+    for name, value in (("lr", values.get("lr")), ("betas[0]", first_beta)):
+        if isinstance(value, torch.Tensor) and _torch_refuses_tensor_with_foreach(
+            counterpart, name
+        ):
+            raise OptimizerValueError(
+                f"{name} as a Tensor is not supported for capturable=False and foreach=True "
+                f"(torch.optim.{counterpart} refuses {name}={value!r} with foreach=True, so "
+                "anyaccel does too, though its fused step never uses foreach); pass "
+                f"foreach=None (the default), or {name} as a float"
+            )
+
+
+@functools.cache
+def _torch_refuses_tensor_with_foreach(counterpart: str, name: str) -> bool:
+    """Whether the installed ``torch.optim.<counterpart>`` refuses tensor ``name`` with foreach."""
+    optimizer_class = getattr(torch.optim, counterpart)
+    probe = torch.zeros(1, requires_grad=True)
+    given: dict[str, Any] = (
+        {"lr": torch.tensor(1e-3)}
+        if name == "lr"
+        else {"betas": (torch.tensor(0.9), torch.tensor(0.999))}
+    )
+    try:
+        optimizer_class([probe], foreach=True, **given)
+    except ValueError as error:
+        return "is not supported for capturable=False and foreach=True" in str(error)
+    except (TypeError, RuntimeError):  # a torch that takes no tensor here at all
+        return False
+    return False
+
+
 @functools.cache
 def _torch_checks_beta_types() -> bool:
     """Whether the installed torch.optim.Adam refuses betas that mix floats and tensors."""

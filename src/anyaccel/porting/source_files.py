@@ -3,6 +3,11 @@
 Patterns follow ``.gitignore`` (``*``, ``**``, ``?``, ``[...]``, ``!`` to re-include, a
 trailing ``/`` for directories only, a ``/`` inside anchoring to the base directory). Files
 named explicitly are always taken, as ruff and flake8 do.
+
+The walk takes regular files only, judged after following symlinks, and only those whose
+real location stays inside the directory it was given: a link out of the tree, a named pipe,
+a device or a kernel pseudo-file is reported (``refusal`` says why) and never opened.
+Directory symlinks are not followed.
 """
 
 from __future__ import annotations
@@ -14,8 +19,21 @@ import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-__all__ = ["DEFAULT_EXCLUDES", "IgnorePattern", "IgnoreRules", "iter_python_files"]
+__all__ = [
+    "DEFAULT_EXCLUDES",
+    "FileIdentity",
+    "IgnorePattern",
+    "IgnoreRules",
+    "PythonFile",
+    "iter_python_files",
+    "refusal",
+]
+
+#: Kernel pseudo-filesystems: their "regular" files report size 0 and may never end
+#: (``/proc/kmsg`` waits for the next kernel message).
+PSEUDO_FILESYSTEMS: tuple[Path, ...] = (Path("/proc"), Path("/sys"))
 
 #: Never worth checking: tool caches, VCS and virtual-environment directories.
 DEFAULT_EXCLUDES: tuple[str, ...] = (
@@ -134,6 +152,64 @@ class IgnoreRules:
         return verdict
 
 
+class FileIdentity(NamedTuple):
+    """Which file a path named, as it was then: device, inode, size and modification time.
+
+    Size and time tell a file apart from one created in its place that got the freed inode.
+    """
+
+    device: int
+    inode: int
+    size: int
+    modified_ns: int
+
+    @classmethod
+    def of(cls, result: os.stat_result) -> FileIdentity:
+        """The identity in a ``stat``/``fstat`` result."""
+        return cls(result.st_dev, result.st_ino, result.st_size, result.st_mtime_ns)
+
+
+class PythonFile(NamedTuple):
+    """A file the walk found, and the real directory it must stay in (None: named explicitly)."""
+
+    path: Path
+    root: Path | None
+
+
+def refusal(path: Path, root: Path | None) -> str | None:
+    """Why ``path`` must not be opened, or None for a regular file (inside ``root``, if given).
+
+    Symlinks are followed first: a loop, a link whose target leaves ``root`` (the real path of
+    the directory being walked), a target that is not a regular file or that lives in
+    ``/proc`` or ``/sys`` is refused. Raises ``FileNotFoundError`` when nothing is there.
+    """
+    try:
+        real = Path(os.path.realpath(path, strict=True))
+        result = real.stat()
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        return _why(error)
+    behind = f" behind the symbolic link to {real}" if os.path.islink(path) else ""
+    if root is not None and not real.is_relative_to(root):
+        return (
+            f"skipped, not read and not written: a symbolic link to {real}, outside {root} "
+            "(the tree given); check or port that file where it lives, or --exclude the link"
+        )
+    if not stat.S_ISREG(result.st_mode):
+        return (
+            f"not a regular file ({_special_kind(result.st_mode)}{behind}); skipped, "
+            "never opened: name a Python source file or a directory"
+        )
+    pseudo = next((fs for fs in PSEUDO_FILESYSTEMS if real.is_relative_to(fs)), None)
+    if pseudo is not None:
+        return (
+            f"a kernel pseudo-file under {pseudo}{behind} (it may never end); skipped, never "
+            "opened: name a Python source file"
+        )
+    return None
+
+
 def _excluded(path: Path, is_dir: bool, rules: Sequence[IgnoreRules]) -> bool:
     path = Path(os.path.abspath(path))
     verdict = False
@@ -149,16 +225,18 @@ def iter_python_files(
     excludes: Sequence[IgnoreRules],
     respect_gitignore: bool = True,
     problems: list[str] | None = None,
-) -> Iterator[Path]:
+) -> Iterator[PythonFile]:
     """Each ``*.py`` file under ``paths`` that no exclude (nor ``.gitignore``) rules out.
 
-    What cannot be walked (a symlink loop, a directory without permission, a path that
-    vanished, a named pipe or device named as a path) is appended to ``problems`` as
-    ``"path: why"`` and the walk goes on; the walk itself takes regular files only. Without
-    a ``problems`` list, a missing path raises ``FileNotFoundError`` naming it, and the
-    other problems are skipped silently.
+    What cannot be walked or is refused (a symlink loop, a directory without permission, a
+    link out of the directory given, a named pipe, a device, a ``/proc`` file) is appended to
+    ``problems`` as ``"path: why"`` and the walk goes on; a dangling link or a file removed
+    meanwhile is passed over. A file reached twice (a link to a file of the tree) is yielded
+    once. Without a ``problems`` list, a missing path raises ``FileNotFoundError`` naming it,
+    and the other problems are skipped silently.
     """
     report = problems.append if problems is not None else (lambda _: None)
+    seen: set[FileIdentity] = set()
     for root in paths:
         try:
             root_stat = root.stat()
@@ -169,14 +247,30 @@ def iter_python_files(
             report(f"{root}: no such file or directory" if missing else f"{root}: {_why(error)}")
             continue
         if stat.S_ISDIR(root_stat.st_mode):
-            yield from _walk(root, list(excludes), respect_gitignore, report)
-        elif stat.S_ISREG(root_stat.st_mode):
-            yield root
-        else:  # reading a named pipe would wait for a writer; a device never ends
-            report(
-                f"{root}: not a regular file ({_special_kind(root_stat.st_mode)}); "
-                "name a Python source file or a directory"
-            )
+            for found in _walk(root, list(excludes), respect_gitignore, report):
+                if _first_time(found, seen):
+                    yield found
+            continue
+        try:  # a file named explicitly may live anywhere, but must be a regular file
+            problem = refusal(root, None)
+        except FileNotFoundError:
+            problem = _why(FileNotFoundError())
+        if problem is not None:
+            report(f"{root}: {problem}")
+        elif _first_time(PythonFile(root, None), seen):
+            yield PythonFile(root, None)
+
+
+def _first_time(found: PythonFile, seen: set[FileIdentity]) -> bool:
+    """Whether this file (by device and inode) was not yielded before; it is now marked seen."""
+    try:
+        identity = FileIdentity.of(found.path.stat())
+    except OSError:
+        return True  # the read names the problem
+    if identity in seen:
+        return False
+    seen.add(identity)
+    return True
 
 
 def _special_kind(mode: int) -> str:
@@ -215,7 +309,8 @@ def _read_gitignore(directory: Path, report: Callable[[str], None]) -> IgnoreRul
 
 def _walk(
     top: Path, rules: list[IgnoreRules], respect_gitignore: bool, report: Callable[[str], None]
-) -> Iterator[Path]:
+) -> Iterator[PythonFile]:
+    root = Path(os.path.realpath(top))
     active = [*rules, *_gitignores_above(top)] if respect_gitignore else rules
     stack: list[tuple[Path, list[IgnoreRules]]] = [(top, active)]
     while stack:
@@ -233,31 +328,29 @@ def _walk(
         subdirs = []
         for entry in entries:
             path = Path(entry.path)
-            try:
+            try:  # a directory symlink is not followed: it is not a directory here
                 is_dir = entry.is_dir(follow_symlinks=False)
-                is_file = not is_dir and entry.name.endswith(".py") and entry.is_file()
-            except OSError as error:  # a symlink loop, a file removed meanwhile
+            except OSError as error:  # a file removed meanwhile
                 report(f"{path}: {_why(error)}")
                 continue
             if is_dir:
                 if not _excluded(path, True, here):
                     subdirs.append((path, here))
-            elif entry.name.endswith(".py") and not is_file and entry.is_symlink():
-                _report_link(path, here, report)
-            elif is_file and not _excluded(path, False, here):
-                yield path
+                continue
+            if not entry.name.endswith(".py") or _excluded(path, False, here):
+                continue
+            if entry.is_file(follow_symlinks=False):  # the common case: no link to follow
+                yield PythonFile(path, root)
+                continue
+            try:
+                problem = refusal(path, root)
+            except FileNotFoundError:  # a dangling link, a file removed meanwhile
+                continue
+            if problem is None:
+                yield PythonFile(path, root)
+            else:
+                report(f"{path}: {problem}")
         stack.extend(reversed(subdirs))
-
-
-def _report_link(path: Path, rules: Sequence[IgnoreRules], report: Callable[[str], None]) -> None:
-    """A ``*.py`` symlink that leads nowhere: a loop is reported, a dangling link is skipped."""
-    if _excluded(path, False, rules):
-        return
-    try:
-        path.stat()
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            report(f"{path}: {_why(error)}")
 
 
 def _gitignores_above(top: Path) -> list[IgnoreRules]:

@@ -5,6 +5,11 @@ cookie, else UTF-8) without translating line endings, so ``\\r\\n`` stays ``\\r\
 ``SourceFile.encode`` turns a (ported) text back into bytes with the same BOM and encoding.
 ``write_atomically`` replaces a file only through a fsynced temporary in its own directory,
 so a file is never left half written.
+
+A file is read only if it is a regular file once opened (never a pipe or device, opened
+without waiting), never more than the size it reports, and, for a file the walk found, only if
+its real location is still inside the tree. A write replaces exactly the file that was read:
+if another file (or a link) took its place since, nothing is written.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from anyaccel.errors import AnyaccelError
+from anyaccel.porting.source_files import FileIdentity, refusal
 
 __all__ = [
     "PreparedWrite",
@@ -49,6 +55,8 @@ class SourceFile:
     text: str
     encoding: str  # a codec name as tokenize reports it ("utf-8", "iso-8859-1", ...)
     bom: bool
+    real_path: Path | None = None  # where the bytes were read (symlinks resolved)
+    identity: FileIdentity | None = None  # which file was read, to write that one only
 
     def encode(self, text: str) -> bytes:
         """``text`` as bytes in this file's encoding, with its BOM if it had one.
@@ -66,16 +74,15 @@ class SourceFile:
         return (codecs.BOM_UTF8 + body) if self.bom else body
 
 
-def read_source(path: Path) -> SourceFile:
+def read_source(path: Path, root: Path | None = None) -> SourceFile:
     """The file at ``path`` decoded as Python decodes it, line endings untouched.
 
-    Raises ``SourceReadError`` naming the file when it cannot be read, is not text (a NUL
-    byte), declares an unknown encoding, or is not valid in its encoding.
+    ``root``: the real directory the file must be in (the walk's; None for a file named
+    explicitly). Raises ``SourceReadError`` naming the file when it is refused (see
+    ``source_files.refusal``), cannot be read, is not text (a NUL byte), declares an unknown
+    encoding, or is not valid in its encoding.
     """
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise SourceReadError(f"{path}: cannot read: {error.strerror or error}") from None
+    data, real, identity = _read_regular(path, root)
     if b"\0" in data:
         raise SourceReadError(f"{path}: cannot read: a binary file (it holds NUL bytes)")
     try:
@@ -95,7 +102,73 @@ def read_source(path: Path) -> SourceFile:
             f"{codec} ({error.reason}); declare the file's encoding with a coding comment "
             "(PEP 263) or save it as UTF-8"
         ) from None
-    return SourceFile(path, text, codec, bom)
+    return SourceFile(path, text, codec, bom, real, identity)
+
+
+def _read_regular(path: Path, root: Path | None) -> tuple[bytes, Path, FileIdentity]:
+    """The bytes of the regular file at ``path``, its real path and identity, or refused.
+
+    Checked before opening (``refusal``), opened without blocking (a pipe swapped in is not
+    waited on), checked again on the open descriptor, and read up to the size it reports.
+    """
+    try:
+        problem = refusal(path, root)
+    except FileNotFoundError:
+        raise SourceReadError(
+            f"{path}: cannot read: no such file or directory (it may have been removed "
+            "during the run)"
+        ) from None
+    if problem is not None:
+        raise SourceReadError(f"{path}: {problem}")
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    flags |= getattr(os, "O_BINARY", 0)  # Windows: no newline translation
+    try:
+        fd = os.open(path, flags)
+    except OSError as error:
+        raise SourceReadError(f"{path}: cannot read: {error.strerror or error}") from None
+    try:
+        opened = os.fstat(fd)
+        real = Path(os.path.realpath(path))
+        problem = refusal(real, root)
+        if problem is not None:  # a link was pointed elsewhere between the check and open
+            raise SourceReadError(f"{path}: {problem}")
+        if not stat.S_ISREG(opened.st_mode) or FileIdentity.of(os.stat(real)) != FileIdentity.of(
+            opened
+        ):
+            raise SourceReadError(
+                f"{path}: cannot read: another file took its place while it was being opened; "
+                "it is left as it is: run again once nothing else changes the tree"
+            )
+        data = _read_at_most(fd, opened.st_size, path)
+    except OSError as error:
+        raise SourceReadError(f"{path}: cannot read: {error.strerror or error}") from None
+    finally:
+        os.close(fd)
+    return data, real, FileIdentity.of(opened)
+
+
+def _read_at_most(fd: int, size: int, path: Path) -> bytes:
+    """The ``size`` bytes of an open regular file; refused if it gives more or would wait."""
+    chunks: list[bytes] = []
+    left = size + 1  # one byte more tells a file that grows (or a pseudo-file) apart
+    while left > 0:
+        try:
+            chunk = os.read(fd, min(left, 1 << 20))
+        except BlockingIOError:
+            raise SourceReadError(
+                f"{path}: cannot read: it would wait for data that may never come (a "
+                "pseudo-file, not a source file on disk); it is left as it is"
+            ) from None
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    if left <= 0:
+        raise SourceReadError(
+            f"{path}: cannot read: it gives more than the {size} byte(s) it reports (a "
+            "pseudo-file that may never end, or a file being written); it is left as it is"
+        )
+    return b"".join(chunks)
 
 
 def newline_of(text: str) -> str:
@@ -124,14 +197,21 @@ def writable_problem(path: Path) -> str | None:
 class PreparedWrite:
     """New bytes for one file, already in a fsynced temporary beside it; ``commit`` renames."""
 
-    def __init__(self, path: Path, data: bytes) -> None:
+    def __init__(self, path: Path, data: bytes, source: SourceFile | None = None) -> None:
         """Write ``data`` to a temporary in the directory of ``path`` (its real location).
 
-        Raises ``SourceWriteError`` when the file is read-only or the temporary cannot be made.
+        ``source``: the file as it was read; then its real path is the one replaced, and only
+        while it is still that file. Raises ``SourceWriteError`` when the file is read-only or
+        the temporary cannot be made.
         """
         self.path = path
-        self.target = Path(os.path.realpath(path))  # a symlink keeps pointing at the file
-        problem = writable_problem(path)
+        self.identity: FileIdentity | None
+        if source is not None and source.real_path is not None and source.identity is not None:
+            self.target, self.identity = source.real_path, source.identity
+        else:  # a symlink keeps pointing at the file
+            self.target = Path(os.path.realpath(path))
+            self.identity = _identity_or_none(self.target)
+        problem = writable_problem(self.target)
         if problem is not None:
             raise SourceWriteError(f"{path}: {problem}")
         mode = stat.S_IMODE(self.target.stat().st_mode)
@@ -160,10 +240,18 @@ class PreparedWrite:
     def commit(self) -> None:
         """Put the new bytes in place (one rename: the file is old or new, never half).
 
-        Raises ``SourceWriteError`` when the rename fails (the file is then left as it was).
+        Raises ``SourceWriteError`` when the rename fails or the file is no longer the one
+        that was read (a link or another file put in its place); it is then left as it is.
         """
         if self.temporary is None:
             raise SourceWriteError(f"{self.path}: this write was already committed or discarded")
+        if self.identity is not None and _identity_or_none(self.target) != self.identity:
+            self.discard()
+            raise SourceWriteError(
+                f"{self.path}: not written: {self.target} is no longer the file that was read "
+                "(it was changed, or another file or a symbolic link took its place); it is "
+                "left as it is: run again once nothing else changes the tree"
+            )
         try:
             os.replace(self.temporary, self.target)
         except OSError as error:
@@ -179,6 +267,15 @@ class PreparedWrite:
             with contextlib.suppress(OSError):
                 self.temporary.unlink()
             self.temporary = None
+
+
+def _identity_or_none(path: Path) -> FileIdentity | None:
+    """The identity of the regular file at ``path`` itself (a symlink there is not followed)."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return None
+    return FileIdentity.of(found) if stat.S_ISREG(found.st_mode) else None
 
 
 def write_atomically(path: Path, data: bytes) -> None:

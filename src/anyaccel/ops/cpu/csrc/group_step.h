@@ -521,10 +521,11 @@ class Plan {
     if (!param.device().is_cpu() || !to_dtype(param.scalar_type(), &type)) {
       throw py::type_error(where(i) + "is " + dtype_str(param.scalar_type()) + " on " +
                            param.device().str() +
-                           ": anyaccel CPU optimizers require all the params to be floating point "
-                           "Tensors of supported devices and dtypes (float32, bfloat16 or float16 "
-                           "on the CPU); move the parameter to the CPU in one of those dtypes, or "
-                           "use a torch.optim optimizer for it");
+                           ": anyaccel's CPU optimizers always step fused, and `fused=True` "
+                           "requires all the params to be floating point Tensors of supported "
+                           "devices and dtypes (float32, bfloat16 or float16 on the CPU); move "
+                           "the parameter to the CPU in one of those dtypes, or use a torch.optim "
+                           "optimizer for it");
     }
     if (!param.is_contiguous() && at::has_internal_overlap(param) == at::MemOverlap::Yes) {
       throw std::runtime_error(
