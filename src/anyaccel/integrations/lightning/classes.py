@@ -1,0 +1,651 @@
+"""The classes anyaccel adds to each Lightning package, built on that package's own bases.
+
+Lightning ships as two sets of packages with separate classes and registries: the unified
+``lightning`` (``lightning.pytorch``, ``lightning.fabric``) and the standalone
+``pytorch_lightning`` + ``lightning_fabric``. :func:`build_flavours` builds, for each installed
+one, an accelerator, single-device and DDP strategies and a mixed-precision plugin for the
+Trainer and for Fabric (a :class:`Flavour`), all from the definitions below, and keeps them in
+:data:`FLAVOURS`. Everything here uses Lightning's public API (constructors, public methods
+and properties, registries); the few private names the integration still needs live in
+:mod:`anyaccel.integrations.lightning.hooks`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import pickle
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from anyaccel.distributed.exit_grace import install_exit_grace
+from anyaccel.distributed.shm.backend import BACKEND_NAME as _SHM_BACKEND
+from anyaccel.errors import UnsupportedFeatureError
+from anyaccel.integrations.lightning.choices import (
+    ACCELERATOR_NAME,
+    SINGLE_DEVICE,
+    STRATEGY_NAMES,
+    MixedName,
+    checked_precision,
+    default_accelerator,
+    default_device,
+    device_type,
+    is_host,
+    parse_indices,
+    parse_processes,
+)
+from anyaccel.integrations.lightning.registration import Entry, register_once
+from anyaccel.integrations.lightning.versions import PACKAGES, LightningSetupError
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    from anyaccel.abstract import Accelerator as AnyaccelAccelerator
+
+__all__ = ["FLAVOURS", "Flavour", "anyaccel_of", "build_flavours", "check_placement", "sides"]
+
+#: The package that pickle finds every built class in, as ``<FACE>.LIGHTNING.<name>``.
+FACE = "anyaccel.integrations.lightning"
+
+#: Process-group backends for CPU ranks, whose jobs get the pause at exit.
+CPU_BACKENDS = frozenset({"gloo", _SHM_BACKEND})
+
+
+# ====================================================================== the accelerator
+def sides() -> tuple[_Side, ...]:
+    """The Trainer and Fabric halves of every built package."""
+    return tuple(side for flavour in FLAVOURS.values() for side in flavour._sides)
+
+
+def _accelerator_classes() -> tuple[type[Any], ...]:
+    """Every package's ``AnyAccelerator``."""
+    return tuple(side.accelerator for side in sides())
+
+
+def anyaccel_of(lightning_accelerator: object) -> AnyaccelAccelerator:
+    """The anyaccel accelerator behind any package's ``AnyAccelerator`` (else the selected one)."""
+    if isinstance(lightning_accelerator, _accelerator_classes()):
+        backend: AnyaccelAccelerator = lightning_accelerator.anyaccel()
+        return backend
+    return default_accelerator()
+
+
+def _accelerator_stream(accelerator: AnyaccelAccelerator) -> AbstractContextManager[Any]:
+    """A side stream of the accelerator, as Lightning uses ``torch.cuda.stream`` for DDP set-up."""
+    return accelerator.stream(accelerator.Stream())
+
+
+def ddp_backend(strategy: Any) -> str:
+    """A DDP strategy's process-group backend: the one it was given, else its accelerator's.
+
+    A CPU backend gets the pause at exit (torch's gloo exit abort: see
+    :mod:`anyaccel.distributed.exit_grace`).
+    """
+    given: str | None = strategy.anyaccel_backend_given
+    backend = given or anyaccel_of(strategy.accelerator).communication_backend_name()
+    if backend in CPU_BACKENDS:
+        install_exit_grace()
+    return backend
+
+
+def wrapped_in_ddp(
+    strategy: Any, module: torch.nn.Module, device_ids: list[int] | None
+) -> DistributedDataParallel:
+    """``module`` in DDP, built on a side stream of the accelerator (not torch.cuda's)."""
+    context = (
+        _accelerator_stream(anyaccel_of(strategy.accelerator))
+        if device_ids is not None
+        else nullcontext()
+    )
+    with context:
+        return DistributedDataParallel(
+            module=module, device_ids=device_ids, **strategy.anyaccel_ddp_kwargs
+        )
+
+
+def _ddp_kwargs(base: type, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What of ``kwargs`` goes to torch's DDP: what ``base.__init__`` does not name."""
+    named = inspect.signature(base).parameters
+    return {key: value for key, value in kwargs.items() if key not in named}
+
+
+def _device_ids(strategy: Any) -> list[int] | None:
+    """DDP's ``device_ids``: none on the CPU, else the root device's index."""
+    root: torch.device = strategy.root_device
+    return None if root.type == "cpu" else [0 if root.index is None else root.index]
+
+
+def _initial_backend(given: str | None, kwargs: dict[str, Any]) -> str:
+    """The backend a DDP strategy starts with: the one given, else its accelerator's.
+
+    That is the public ``process_group_backend=`` argument; where the connector hooks are
+    installed, the accelerator Lightning assigns later decides instead (:func:`ddp_backend`).
+    """
+    return given or anyaccel_of(kwargs.get("accelerator")).communication_backend_name()
+
+
+def _pause_at_exit_on_cpu(strategy: Any) -> None:
+    """After set-up: CPU ranks pause at exit (see :mod:`anyaccel.distributed.exit_grace`)."""
+    if strategy.process_group_backend in CPU_BACKENDS:
+        install_exit_grace()
+
+
+def _register_ddp(cls: type, strategy_registry: Any) -> None:
+    """Register ``cls`` as ``anyaccel_ddp``, ``anyaccel_ddp_spawn`` and ``anyaccel_ddp_fork``."""
+    for name, start_method in STRATEGY_NAMES.items():
+        register_once(strategy_registry, name, cls, "strategy", start_method=start_method)
+
+
+@functools.cache
+def _bound_class_for(base: type, key: int, accelerator: AnyaccelAccelerator) -> type[Any]:
+    name = f"AnyAccelerator[{type(accelerator).__name__}]"
+    return type(name, (base,), {"_bound": accelerator, "__module__": __name__})
+
+
+def _unpickled(
+    package: str,
+    bound: AnyaccelAccelerator | None,
+    backend: type[AnyaccelAccelerator] | None,
+) -> Any:
+    """An ``AnyAccelerator`` of ``package`` again, in the process that unpickles it.
+
+    ``bound`` travelled with it; or a ``backend`` class to build afresh there (a backend
+    holding its vendor module does not pickle); or neither (it follows the selection).
+    """
+    accelerator_class = FLAVOURS[package].AnyAccelerator
+    if backend is not None:
+        return accelerator_class(backend())
+    return accelerator_class(bound)
+
+
+# ====================================================================== one package's classes
+@dataclass(frozen=True)
+class Flavour:
+    """The classes anyaccel adds to one Lightning package, built on that package's own.
+
+    ``LIGHTNING`` holds those for ``lightning.pytorch``/``lightning.fabric``,
+    ``PYTORCH_LIGHTNING`` those for ``pytorch_lightning``/``lightning_fabric``; use the
+    latter's with a Trainer or Fabric imported from the standalone packages.
+    """
+
+    name: str  #: the package, a key of :data:`PACKAGES`
+    trainer_package: str  #: where its ``Trainer`` lives (``lightning.pytorch``...)
+    fabric_package: str  #: where its ``Fabric`` lives (``lightning.fabric``...)
+    version: str  #: the installed version
+    AnyAccelerator: type[Any]  #: ``accelerator="anyaccel"``, for the Trainer and Fabric
+    AnySingleDeviceStrategy: type[Any]  #: the Trainer's ``anyaccel_single_device``
+    AnyDDPStrategy: type[Any]  #: the Trainer's ``anyaccel_ddp`` (and spawn/fork)
+    AnyMixedPrecision: type[Any]  #: the Trainer's 16-mixed/bf16-mixed plugin
+    AnyFabricSingleDeviceStrategy: type[Any]  #: Fabric's ``anyaccel_single_device``
+    AnyFabricDDPStrategy: type[Any]  #: Fabric's ``anyaccel_ddp`` (and spawn/fork)
+    AnyFabricMixedPrecision: type[Any]  #: Fabric's 16-mixed/bf16-mixed plugin
+    _sides: tuple[_Side, _Side] = field(repr=False, compare=False)
+
+    def _classes(self) -> tuple[type[Any], ...]:
+        """The seven classes above, in their order."""
+        return (
+            self.AnyAccelerator,
+            self.AnySingleDeviceStrategy,
+            self.AnyDDPStrategy,
+            self.AnyMixedPrecision,
+            self.AnyFabricSingleDeviceStrategy,
+            self.AnyFabricDDPStrategy,
+            self.AnyFabricMixedPrecision,
+        )
+
+
+@dataclass(frozen=True)
+class _Side:
+    """The Trainer or Fabric half of one package: what registration and the hooks need."""
+
+    package: str
+    trainer: bool
+    connector: type
+    accelerators: Any  # the accelerator registry
+    strategies: Any  # the strategy registry
+    accelerator: type
+    single: type
+    ddp: type
+    precision: type
+    parallel_base: type  # the package's ParallelStrategy
+    ddp_base: type  # the package's DDPStrategy
+    precision_base: type  # the package's MixedPrecision
+
+
+#: The attribute of this module that holds each package's :class:`Flavour`.
+_ATTRIBUTES = {"lightning": "LIGHTNING", "pytorch_lightning": "PYTORCH_LIGHTNING"}
+
+
+def build(package: str, version: str) -> Flavour:
+    """Every class anyaccel adds to ``package`` (a key of :data:`PACKAGES`), on its classes."""
+    trainer_package, fabric_package = PACKAGES[package]
+
+    def load(base: str, module: str, attribute: str) -> Any:
+        return getattr(importlib.import_module(f"{base}.{module}"), attribute)
+
+    if TYPE_CHECKING:  # every package has the same classes: check against `lightning`'s
+        from lightning.fabric.connector import _Connector as FabricConnector
+        from lightning.fabric.plugins.precision.amp import MixedPrecision as FabricMixedPrecision
+        from lightning.fabric.strategies.ddp import DDPStrategy as FabricDDPStrategy
+        from lightning.fabric.strategies.parallel import (
+            ParallelStrategy as FabricParallelStrategy,
+        )
+        from lightning.fabric.strategies.single_device import (
+            SingleDeviceStrategy as FabricSingleDeviceStrategy,
+        )
+        from lightning.pytorch.accelerators.accelerator import Accelerator
+        from lightning.pytorch.plugins.precision.amp import MixedPrecision
+        from lightning.pytorch.strategies.ddp import DDPStrategy
+        from lightning.pytorch.strategies.parallel import ParallelStrategy
+        from lightning.pytorch.strategies.single_device import SingleDeviceStrategy
+        from lightning.pytorch.trainer.connectors.accelerator_connector import (
+            _AcceleratorConnector as TrainerConnector,
+        )
+    else:
+        FabricConnector = load(fabric_package, "connector", "_Connector")
+        FabricMixedPrecision = load(fabric_package, "plugins.precision.amp", "MixedPrecision")
+        FabricDDPStrategy = load(fabric_package, "strategies.ddp", "DDPStrategy")
+        FabricParallelStrategy = load(fabric_package, "strategies.parallel", "ParallelStrategy")
+        FabricSingleDeviceStrategy = load(
+            fabric_package, "strategies.single_device", "SingleDeviceStrategy"
+        )
+        Accelerator = load(trainer_package, "accelerators.accelerator", "Accelerator")
+        MixedPrecision = load(trainer_package, "plugins.precision.amp", "MixedPrecision")
+        DDPStrategy = load(trainer_package, "strategies.ddp", "DDPStrategy")
+        ParallelStrategy = load(trainer_package, "strategies.parallel", "ParallelStrategy")
+        SingleDeviceStrategy = load(
+            trainer_package, "strategies.single_device", "SingleDeviceStrategy"
+        )
+        TrainerConnector = load(
+            trainer_package, "trainer.connectors.accelerator_connector", "_AcceleratorConnector"
+        )
+
+    class AnyAccelerator(Accelerator):
+        """Lightning's accelerator for what anyaccel selected (one class for Trainer and Fabric).
+
+        ``AnyAccelerator()`` follows :func:`anyaccel.get_accelerator`; ``AnyAccelerator(acc)``
+        binds ``acc``. It travels by pickle to spawned processes; a backend that holds its vendor
+        module (which does not pickle) is rebuilt there from its class, ``type(acc)()``.
+        Lightning asks some questions of the class rather than the instance (``parse_devices``,
+        ``is_available``): a bound instance gets a class of its own that answers them for ``acc``.
+        """
+
+        _bound: ClassVar[AnyaccelAccelerator | None] = None
+
+        def __new__(cls, accelerator: AnyaccelAccelerator | None = None) -> AnyAccelerator:
+            if accelerator is not None and cls._bound is not accelerator:
+                cls = _bound_class_for(AnyAccelerator, id(accelerator), accelerator)
+            return super().__new__(cls)
+
+        def __init__(self, accelerator: AnyaccelAccelerator | None = None) -> None:
+            super().__init__()
+
+        def __reduce__(self) -> tuple[Any, ...]:
+            bound = type(self)._bound
+            if bound is None:
+                return (_unpickled, (package, None, None))
+            try:
+                pickle.dumps(bound)
+            except (pickle.PicklingError, TypeError, AttributeError):
+                # Backends hold their vendor module, which does not pickle: the child builds
+                # the same backend class afresh (it finds its own module).
+                return (_unpickled, (package, None, type(bound)))
+            return (_unpickled, (package, bound, None))
+
+        # ------------------------------------------------------------ what it delegates to
+        @classmethod
+        def anyaccel(cls) -> AnyaccelAccelerator:
+            """The anyaccel accelerator this class answers for (bound, else the selected one)."""
+            return cls._bound if cls._bound is not None else default_accelerator()
+
+        @classmethod
+        def device_type(cls) -> str:
+            """The torch device type of that accelerator (``"cpu"``, ``"npu"``, ``"mlu"``...)."""
+            return device_type(cls.anyaccel())
+
+        # ------------------------------------------------------------ Lightning's class-level API
+        @classmethod
+        def name(cls) -> str:
+            """``"anyaccel"``: the registry name, whatever backend runs underneath."""
+            return ACCELERATOR_NAME
+
+        @classmethod
+        def is_available(cls) -> bool:
+            """Whether the accelerator can run here (the CPU always can)."""
+            accelerator = cls.anyaccel()
+            return is_host(accelerator) or bool(accelerator.is_available())
+
+        @classmethod
+        def auto_device_count(cls) -> int:
+            """Every visible device; one process on the CPU (as Lightning's CPU accelerator)."""
+            accelerator = cls.anyaccel()
+            return 1 if is_host(accelerator) else int(accelerator.device_count())
+
+        @classmethod
+        def parse_devices(cls, devices: Any) -> int | list[int]:
+            """``devices`` as indices (validated against the device count); a count on the CPU.
+
+            :raises LightningSetupError: a value that is no device choice, or more devices (or
+                a higher index) than the accelerator has.
+            """
+            accelerator = cls.anyaccel()
+            if is_host(accelerator):
+                return parse_processes(devices)
+            if (
+                isinstance(devices, list)
+                and devices
+                and all(isinstance(d, torch.device) for d in devices)
+            ):
+                devices = [int(d.index or 0) for d in devices]
+            count = int(accelerator.device_count())
+            return parse_indices(devices, count, device_type(accelerator))
+
+        @classmethod
+        def get_parallel_devices(cls, devices: Any) -> list[torch.device]:
+            """One ``torch.device`` per process: the parsed indices on the accelerator's type."""
+            accelerator = cls.anyaccel()
+            parsed = cls.parse_devices(devices)
+            if isinstance(parsed, int):
+                return [torch.device("cpu")] * parsed
+            return [accelerator.device(index) for index in parsed]
+
+        # ------------------------------------------------------------ per process
+        def setup_device(self, device: torch.device) -> None:
+            """Make ``device`` current; a device of another type than the accelerator's is an error.
+
+            :raises LightningSetupError: ``device`` is not on the accelerator (Lightning would
+                otherwise train there, e.g. on the CPU, without saying so).
+            """
+            accelerator = self.anyaccel()
+            expected = device_type(accelerator)
+            device = torch.device(device)
+            if device.type != expected:
+                raise LightningSetupError(
+                    f"Lightning asked AnyAccelerator to set up {device}, but anyaccel's "
+                    f"accelerator runs on {expected!r}. Use an anyaccel strategy (strategy="
+                    f"'auto', '{SINGLE_DEVICE}' or 'anyaccel_ddp') or one whose root device "
+                    f"is {expected!r}."
+                )
+            if expected != "cpu":
+                accelerator.set_device(0 if device.index is None else device.index)
+
+        def setup(self, trainer: pl.Trainer) -> None:
+            """Before the Trainer moves the model: check that strategy and precision are ours."""
+            check_placement(trainer.strategy, trainer.strategy.precision_plugin, self)
+
+        def get_device_stats(self, device: Any) -> dict[str, Any]:
+            """The accelerator's memory figures for ``device`` (those its backend provides)."""
+            accelerator = self.anyaccel()
+            index = torch.device(device).index
+            figures: dict[str, Any] = {}
+            for name in (
+                "memory_allocated",
+                "max_memory_allocated",
+                "memory_reserved",
+                "max_memory_reserved",
+                "total_memory",
+                "available_memory",
+            ):
+                try:
+                    figures[name] = int(getattr(accelerator, name)(index))
+                except UnsupportedFeatureError:
+                    continue
+            return figures
+
+        def teardown(self) -> None:
+            """Release the accelerator's cached memory (nothing to do on the CPU)."""
+            accelerator = self.anyaccel()
+            if not is_host(accelerator):
+                accelerator.empty_cache()
+
+        @classmethod
+        def register_accelerators(cls, accelerator_registry: Any) -> None:
+            """Add ``"anyaccel"`` to ``accelerator_registry`` (once; never over another entry)."""
+            register_once(accelerator_registry, ACCELERATOR_NAME, AnyAccelerator, "accelerator")
+
+    class AnySingleDeviceStrategy(SingleDeviceStrategy):
+        """The Trainer's single-device strategy, rooted on the accelerator's device by default."""
+
+        strategy_name = SINGLE_DEVICE
+
+        def __init__(self, device: Any = None, **kwargs: Any) -> None:
+            super().__init__(device=default_device() if device is None else device, **kwargs)
+
+        @classmethod
+        def register_strategies(cls, strategy_registry: Any) -> None:
+            """Register ``anyaccel_single_device``."""
+            register_once(strategy_registry, cls.strategy_name, cls, "strategy")
+
+    class AnyDDPStrategy(DDPStrategy):
+        """The Trainer's DDP with anyaccel's process-group backend and streams."""
+
+        strategy_name = "anyaccel_ddp"
+
+        def __init__(self, *, process_group_backend: str | None = None, **kwargs: Any) -> None:
+            self.anyaccel_backend_given = process_group_backend
+            self.anyaccel_ddp_kwargs = _ddp_kwargs(DDPStrategy, kwargs)
+            backend = _initial_backend(process_group_backend, kwargs)
+            super().__init__(process_group_backend=backend, **kwargs)
+
+        def setup_environment(self) -> None:
+            """Lightning's set-up; then a CPU backend gets the pause at exit."""
+            super().setup_environment()
+            _pause_at_exit_on_cpu(self)
+
+        @classmethod
+        def register_strategies(cls, strategy_registry: Any) -> None:
+            """Register ``anyaccel_ddp``, ``anyaccel_ddp_spawn`` and ``anyaccel_ddp_fork``."""
+            _register_ddp(cls, strategy_registry)
+
+    class AnyFabricSingleDeviceStrategy(FabricSingleDeviceStrategy):
+        """Fabric's single-device strategy, rooted on the accelerator's device by default."""
+
+        def __init__(self, device: Any = None, **kwargs: Any) -> None:
+            super().__init__(device=default_device() if device is None else device, **kwargs)
+
+        @classmethod
+        def register_strategies(cls, strategy_registry: Any) -> None:
+            """Register ``anyaccel_single_device``."""
+            register_once(strategy_registry, SINGLE_DEVICE, cls, "strategy")
+
+    class AnyFabricDDPStrategy(FabricDDPStrategy):
+        """Fabric's DDP with anyaccel's process-group backend and streams."""
+
+        def __init__(self, *, process_group_backend: str | None = None, **kwargs: Any) -> None:
+            self.anyaccel_backend_given = process_group_backend
+            self.anyaccel_ddp_kwargs = _ddp_kwargs(FabricDDPStrategy, kwargs)
+            backend = _initial_backend(process_group_backend, kwargs)
+            super().__init__(process_group_backend=backend, **kwargs)
+
+        def setup_environment(self) -> None:
+            """Lightning's set-up; then a CPU backend gets the pause at exit."""
+            super().setup_environment()
+            _pause_at_exit_on_cpu(self)
+
+        def setup_module(self, module: torch.nn.Module) -> DistributedDataParallel:
+            """Wrap ``module`` in DDP, on a side stream of the accelerator (not torch.cuda's)."""
+            return wrapped_in_ddp(self, module, _device_ids(self))
+
+        @classmethod
+        def register_strategies(cls, strategy_registry: Any) -> None:
+            """Register ``anyaccel_ddp``, ``anyaccel_ddp_spawn`` and ``anyaccel_ddp_fork``."""
+            _register_ddp(cls, strategy_registry)
+
+    class AnyMixedPrecision(MixedPrecision):
+        """The Trainer's AMP plugin on the accelerator's device (its autocast and GradScaler)."""
+
+        def __init__(
+            self,
+            precision: MixedName,
+            scaler: torch.amp.GradScaler | None = None,
+            accelerator: AnyaccelAccelerator | None = None,
+        ) -> None:
+            device = checked_precision(precision, accelerator or default_accelerator())
+            super().__init__(precision, device, scaler)
+
+    class AnyFabricMixedPrecision(FabricMixedPrecision):
+        """Fabric's AMP plugin on the accelerator's device (its autocast and GradScaler)."""
+
+        def __init__(
+            self,
+            precision: MixedName,
+            scaler: torch.amp.GradScaler | None = None,
+            accelerator: AnyaccelAccelerator | None = None,
+        ) -> None:
+            device = checked_precision(precision, accelerator or default_accelerator())
+            super().__init__(precision, device, scaler)
+
+    halves = (
+        _Side(
+            trainer=True,
+            connector=TrainerConnector,
+            accelerators=load(trainer_package, "accelerators", "AcceleratorRegistry"),
+            strategies=load(trainer_package, "strategies", "StrategyRegistry"),
+            single=AnySingleDeviceStrategy,
+            ddp=AnyDDPStrategy,
+            precision=AnyMixedPrecision,
+            parallel_base=ParallelStrategy,
+            ddp_base=DDPStrategy,
+            precision_base=MixedPrecision,
+            package=package,
+            accelerator=AnyAccelerator,
+        ),
+        _Side(
+            trainer=False,
+            connector=FabricConnector,
+            accelerators=load(fabric_package, "accelerators", "ACCELERATOR_REGISTRY"),
+            strategies=load(fabric_package, "strategies", "STRATEGY_REGISTRY"),
+            single=AnyFabricSingleDeviceStrategy,
+            ddp=AnyFabricDDPStrategy,
+            precision=AnyFabricMixedPrecision,
+            parallel_base=FabricParallelStrategy,
+            ddp_base=FabricDDPStrategy,
+            precision_base=FabricMixedPrecision,
+            package=package,
+            accelerator=AnyAccelerator,
+        ),
+    )
+    flavour = Flavour(
+        name=package,
+        trainer_package=trainer_package,
+        fabric_package=fabric_package,
+        version=version,
+        AnyAccelerator=AnyAccelerator,
+        AnySingleDeviceStrategy=AnySingleDeviceStrategy,
+        AnyDDPStrategy=AnyDDPStrategy,
+        AnyMixedPrecision=AnyMixedPrecision,
+        AnyFabricSingleDeviceStrategy=AnyFabricSingleDeviceStrategy,
+        AnyFabricDDPStrategy=AnyFabricDDPStrategy,
+        AnyFabricMixedPrecision=AnyFabricMixedPrecision,
+        _sides=halves,
+    )
+    for built in flavour._classes():  # pickle finds each as `<FACE>.LIGHTNING.<name>`
+        built.__module__ = FACE
+        built.__qualname__ = f"{_ATTRIBUTES[package]}.{built.__name__}"
+    return flavour
+
+
+# ====================================================================== the placement check
+def check_placement(strategy: Any, precision: Any, accelerator: Any) -> None:
+    """Refuse a strategy or precision plugin that would run off the accelerator's device.
+
+    ``accelerator`` is an ``AnyAccelerator`` of any :class:`Flavour`.
+
+    :raises LightningSetupError: a multi-device strategy other than anyaccel's DDP (Lightning's
+        DDP picks its backend and streams for CUDA or gloo; DP, FSDP, DeepSpeed, ModelParallel
+        and XLA are not adapted), a strategy rooted on another device type, or mixed precision
+        for another device.
+    """
+    backend = anyaccel_of(accelerator)
+    expected = device_type(backend)
+    parallel = tuple(side.parallel_base for side in sides())
+    if isinstance(strategy, parallel) and not isinstance(
+        strategy, tuple(side.ddp for side in sides())
+    ):
+        raise LightningSetupError(
+            f"{type(strategy).__name__} is not adapted to anyaccel's {expected!r} accelerator "
+            "(Lightning picks its process-group backend, streams or devices for CUDA or gloo). "
+            "Use strategy='anyaccel_ddp' (or 'ddp', which becomes it with "
+            "accelerator='anyaccel'), or pass AnyDDPStrategy/AnyFabricDDPStrategy."
+        )
+    root = _root_device(strategy)
+    if root is not None and root.type != expected:
+        raise LightningSetupError(
+            f"{type(strategy).__name__} is rooted on {root}, but anyaccel's accelerator runs on "
+            f"{expected!r}: the model would train on {root.type!r}. Leave strategy='auto' or use "
+            f"'{SINGLE_DEVICE}'/'anyaccel_ddp'."
+        )
+    device = getattr(precision, "device", None)
+    mixed = tuple(side.precision_base for side in sides())
+    if isinstance(precision, mixed) and device != expected:
+        raise LightningSetupError(
+            f"{type(precision).__name__} autocasts on {device!r}, but anyaccel's accelerator runs "
+            f"on {expected!r}. Pass precision='16-mixed'/'bf16-mixed' (anyaccel builds the plugin) "
+            "or AnyMixedPrecision/AnyFabricMixedPrecision."
+        )
+
+
+def _root_device(strategy: Any) -> torch.device | None:
+    try:
+        root = strategy.root_device
+    except (AttributeError, IndexError, TypeError, AssertionError):
+        return None  # no devices yet: nothing to compare
+    return root if isinstance(root, torch.device) else None
+
+
+# ====================================================================== the built packages
+#: Each installed Lightning package's :class:`Flavour`, by package name (a key of
+#: :data:`~anyaccel.integrations.lightning.versions.PACKAGES`); filled by :func:`build_flavours`.
+FLAVOURS: dict[str, Flavour] = {}
+
+
+def build_flavours(versions: dict[str, str]) -> dict[str, Flavour]:
+    """Build (once) the classes of each package in ``versions`` (package name: its version)."""
+    for package, version in versions.items():
+        if package not in FLAVOURS:
+            FLAVOURS[package] = build(package, version)
+    return FLAVOURS
+
+
+def side_of(connector: Any) -> _Side:
+    """The package half (Trainer or Fabric) whose connector ``connector`` is."""
+    for side in sides():
+        if isinstance(connector, side.connector):
+            return side
+    raise LightningSetupError(  # only a connector class hooked by hand gets here
+        f"{type(connector).__name__} is no connector of a Lightning package anyaccel registered "
+        f"with ({', '.join(FLAVOURS)})."
+    )
+
+
+def package_of(value: object) -> Flavour | None:
+    """The package whose anyaccel class ``value`` is an instance of (None: no anyaccel class)."""
+    for flavour in FLAVOURS.values():
+        if isinstance(value, flavour._classes()):
+            return flavour
+    return None
+
+
+def attribute_of(package: str) -> str:
+    """The face's attribute that holds ``package``'s :class:`Flavour` (``LIGHTNING``...)."""
+    return _ATTRIBUTES[package]
+
+
+def registry_entries() -> list[Entry]:
+    """Every name anyaccel adds to Lightning's registries, for every built package."""
+    entries: list[Entry] = []
+    for side in sides():
+        entries.append(
+            Entry(side.accelerators, ACCELERATOR_NAME, side.accelerator, "accelerator", {})
+        )
+        entries.append(Entry(side.strategies, SINGLE_DEVICE, side.single, "strategy", {}))
+        entries.extend(
+            Entry(side.strategies, name, side.ddp, "strategy", {"start_method": start_method})
+            for name, start_method in STRATEGY_NAMES.items()
+        )
+    return entries
