@@ -51,7 +51,9 @@ def _free_port() -> int:
 
 
 def _env(backend: str) -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=ANYACCEL_SRC, DS_ACCELERATOR=backend, OMP_NUM_THREADS="1")
+    """Ours first, then this run's PYTHONPATH (which may hold another Lightning than installed)."""
+    path = os.pathsep.join(p for p in (ANYACCEL_SRC, os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, PYTHONPATH=path, DS_ACCELERATOR=backend, OMP_NUM_THREADS="1")
 
 
 class _Child:
@@ -821,7 +823,8 @@ def _lightning_private_names() -> set[str]:
         "lightning.fabric.strategies", "lightning.fabric.accelerators",
         "lightning.fabric.plugins.precision",
     ]  # fmt: skip
-    modules = [importlib.import_module("lightning.fabric.connector")]
+    modules = [importlib.import_module(name) for name in ("lightning.fabric.connector",
+               "lightning.fabric.fabric", "lightning.pytorch.trainer.trainer")]  # fmt: skip
     for root in roots:
         package = importlib.import_module(root)
         modules.append(package)
@@ -831,6 +834,7 @@ def _lightning_private_names() -> set[str]:
             except ImportError:  # an optional dependency (deepspeed, xla...) is missing
                 continue
     for module in modules:
+        names |= set(vars(module))  # its private functions and classes (_Connector...)
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if cls.__module__.startswith("lightning."):
                 names |= set(dir(cls)) | _names_used_by(cls)
@@ -855,7 +859,7 @@ def test_lightnings_private_names_are_used_only_in_the_hooks_module(integration:
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr in theirs:
                 found.setdefault(node.attr, set()).add(str(path.relative_to(source)))
-            if isinstance(node, ast.Constant) and node.value in theirs:  # setattr by name
+            if isinstance(node, ast.Constant) and node.value in theirs:  # getattr, load by name
                 found.setdefault(str(node.value), set()).add(str(path.relative_to(source)))
     ours = {"_bound", "_classes", "_sides"}  # anyaccel's own attributes of its own classes
     outside = {

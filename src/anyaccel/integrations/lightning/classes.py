@@ -12,20 +12,18 @@ and properties, registries); the few private names the integration still needs l
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
-import pickle
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from anyaccel.distributed.exit_grace import install_exit_grace
 from anyaccel.distributed.shm.backend import BACKEND_NAME as _SHM_BACKEND
-from anyaccel.errors import UnsupportedFeatureError
+from anyaccel.integrations.lightning.accelerator import accelerator_class, anyaccel_of
 from anyaccel.integrations.lightning.choices import (
     ACCELERATOR_NAME,
     SINGLE_DEVICE,
@@ -35,19 +33,14 @@ from anyaccel.integrations.lightning.choices import (
     default_accelerator,
     default_device,
     device_type,
-    is_host,
-    parse_indices,
-    parse_processes,
 )
 from anyaccel.integrations.lightning.registration import Entry, register_once
 from anyaccel.integrations.lightning.versions import PACKAGES, LightningSetupError
 
 if TYPE_CHECKING:
-    import lightning.pytorch as pl
-
     from anyaccel.abstract import Accelerator as AnyaccelAccelerator
 
-__all__ = ["FLAVOURS", "Flavour", "anyaccel_of", "build_flavours", "check_placement", "sides"]
+__all__ = ["FLAVOURS", "Flavour", "build_flavours", "check_placement", "sides"]
 
 #: The package that pickle finds every built class in, as ``<FACE>.LIGHTNING.<name>``.
 FACE = "anyaccel.integrations.lightning"
@@ -60,19 +53,6 @@ CPU_BACKENDS = frozenset({"gloo", _SHM_BACKEND})
 def sides() -> tuple[_Side, ...]:
     """The Trainer and Fabric halves of every built package."""
     return tuple(side for flavour in FLAVOURS.values() for side in flavour._sides)
-
-
-def _accelerator_classes() -> tuple[type[Any], ...]:
-    """Every package's ``AnyAccelerator``."""
-    return tuple(side.accelerator for side in sides())
-
-
-def anyaccel_of(lightning_accelerator: object) -> AnyaccelAccelerator:
-    """The anyaccel accelerator behind any package's ``AnyAccelerator`` (else the selected one)."""
-    if isinstance(lightning_accelerator, _accelerator_classes()):
-        backend: AnyaccelAccelerator = lightning_accelerator.anyaccel()
-        return backend
-    return default_accelerator()
 
 
 def _accelerator_stream(accelerator: AnyaccelAccelerator) -> AbstractContextManager[Any]:
@@ -141,28 +121,6 @@ def _register_ddp(cls: type, strategy_registry: Any) -> None:
         register_once(strategy_registry, name, cls, "strategy", start_method=start_method)
 
 
-@functools.cache
-def _bound_class_for(base: type, key: int, accelerator: AnyaccelAccelerator) -> type[Any]:
-    name = f"AnyAccelerator[{type(accelerator).__name__}]"
-    return type(name, (base,), {"_bound": accelerator, "__module__": __name__})
-
-
-def _unpickled(
-    package: str,
-    bound: AnyaccelAccelerator | None,
-    backend: type[AnyaccelAccelerator] | None,
-) -> Any:
-    """An ``AnyAccelerator`` of ``package`` again, in the process that unpickles it.
-
-    ``bound`` travelled with it; or a ``backend`` class to build afresh there (a backend
-    holding its vendor module does not pickle); or neither (it follows the selection).
-    """
-    accelerator_class = FLAVOURS[package].AnyAccelerator
-    if backend is not None:
-        return accelerator_class(backend())
-    return accelerator_class(bound)
-
-
 # ====================================================================== one package's classes
 @dataclass(frozen=True)
 class Flavour:
@@ -205,7 +163,6 @@ class _Side:
 
     package: str
     trainer: bool
-    connector: type
     accelerators: Any  # the accelerator registry
     strategies: Any  # the strategy registry
     accelerator: type
@@ -229,7 +186,6 @@ def build(package: str, version: str) -> Flavour:
         return getattr(importlib.import_module(f"{base}.{module}"), attribute)
 
     if TYPE_CHECKING:  # every package has the same classes: check against `lightning`'s
-        from lightning.fabric.connector import _Connector as FabricConnector
         from lightning.fabric.plugins.precision.amp import MixedPrecision as FabricMixedPrecision
         from lightning.fabric.strategies.ddp import DDPStrategy as FabricDDPStrategy
         from lightning.fabric.strategies.parallel import (
@@ -243,11 +199,7 @@ def build(package: str, version: str) -> Flavour:
         from lightning.pytorch.strategies.ddp import DDPStrategy
         from lightning.pytorch.strategies.parallel import ParallelStrategy
         from lightning.pytorch.strategies.single_device import SingleDeviceStrategy
-        from lightning.pytorch.trainer.connectors.accelerator_connector import (
-            _AcceleratorConnector as TrainerConnector,
-        )
     else:
-        FabricConnector = load(fabric_package, "connector", "_Connector")
         FabricMixedPrecision = load(fabric_package, "plugins.precision.amp", "MixedPrecision")
         FabricDDPStrategy = load(fabric_package, "strategies.ddp", "DDPStrategy")
         FabricParallelStrategy = load(fabric_package, "strategies.parallel", "ParallelStrategy")
@@ -261,152 +213,8 @@ def build(package: str, version: str) -> Flavour:
         SingleDeviceStrategy = load(
             trainer_package, "strategies.single_device", "SingleDeviceStrategy"
         )
-        TrainerConnector = load(
-            trainer_package, "trainer.connectors.accelerator_connector", "_AcceleratorConnector"
-        )
 
-    class AnyAccelerator(Accelerator):
-        """Lightning's accelerator for what anyaccel selected (one class for Trainer and Fabric).
-
-        ``AnyAccelerator()`` follows :func:`anyaccel.get_accelerator`; ``AnyAccelerator(acc)``
-        binds ``acc``. It travels by pickle to spawned processes; a backend that holds its vendor
-        module (which does not pickle) is rebuilt there from its class, ``type(acc)()``.
-        Lightning asks some questions of the class rather than the instance (``parse_devices``,
-        ``is_available``): a bound instance gets a class of its own that answers them for ``acc``.
-        """
-
-        _bound: ClassVar[AnyaccelAccelerator | None] = None
-
-        def __new__(cls, accelerator: AnyaccelAccelerator | None = None) -> AnyAccelerator:
-            if accelerator is not None and cls._bound is not accelerator:
-                cls = _bound_class_for(AnyAccelerator, id(accelerator), accelerator)
-            return super().__new__(cls)
-
-        def __init__(self, accelerator: AnyaccelAccelerator | None = None) -> None:
-            super().__init__()
-
-        def __reduce__(self) -> tuple[Any, ...]:
-            bound = type(self)._bound
-            if bound is None:
-                return (_unpickled, (package, None, None))
-            try:
-                pickle.dumps(bound)
-            except (pickle.PicklingError, TypeError, AttributeError):
-                # Backends hold their vendor module, which does not pickle: the child builds
-                # the same backend class afresh (it finds its own module).
-                return (_unpickled, (package, None, type(bound)))
-            return (_unpickled, (package, bound, None))
-
-        # ------------------------------------------------------------ what it delegates to
-        @classmethod
-        def anyaccel(cls) -> AnyaccelAccelerator:
-            """The anyaccel accelerator this class answers for (bound, else the selected one)."""
-            return cls._bound if cls._bound is not None else default_accelerator()
-
-        @classmethod
-        def device_type(cls) -> str:
-            """The torch device type of that accelerator (``"cpu"``, ``"npu"``, ``"mlu"``...)."""
-            return device_type(cls.anyaccel())
-
-        # ------------------------------------------------------------ Lightning's class-level API
-        @classmethod
-        def name(cls) -> str:
-            """``"anyaccel"``: the registry name, whatever backend runs underneath."""
-            return ACCELERATOR_NAME
-
-        @classmethod
-        def is_available(cls) -> bool:
-            """Whether the accelerator can run here (the CPU always can)."""
-            accelerator = cls.anyaccel()
-            return is_host(accelerator) or bool(accelerator.is_available())
-
-        @classmethod
-        def auto_device_count(cls) -> int:
-            """Every visible device; one process on the CPU (as Lightning's CPU accelerator)."""
-            accelerator = cls.anyaccel()
-            return 1 if is_host(accelerator) else int(accelerator.device_count())
-
-        @classmethod
-        def parse_devices(cls, devices: Any) -> int | list[int]:
-            """``devices`` as indices (validated against the device count); a count on the CPU.
-
-            :raises LightningSetupError: a value that is no device choice, or more devices (or
-                a higher index) than the accelerator has.
-            """
-            accelerator = cls.anyaccel()
-            if is_host(accelerator):
-                return parse_processes(devices)
-            if (
-                isinstance(devices, list)
-                and devices
-                and all(isinstance(d, torch.device) for d in devices)
-            ):
-                devices = [int(d.index or 0) for d in devices]
-            count = int(accelerator.device_count())
-            return parse_indices(devices, count, device_type(accelerator))
-
-        @classmethod
-        def get_parallel_devices(cls, devices: Any) -> list[torch.device]:
-            """One ``torch.device`` per process: the parsed indices on the accelerator's type."""
-            accelerator = cls.anyaccel()
-            parsed = cls.parse_devices(devices)
-            if isinstance(parsed, int):
-                return [torch.device("cpu")] * parsed
-            return [accelerator.device(index) for index in parsed]
-
-        # ------------------------------------------------------------ per process
-        def setup_device(self, device: torch.device) -> None:
-            """Make ``device`` current; a device of another type than the accelerator's is an error.
-
-            :raises LightningSetupError: ``device`` is not on the accelerator (Lightning would
-                otherwise train there, e.g. on the CPU, without saying so).
-            """
-            accelerator = self.anyaccel()
-            expected = device_type(accelerator)
-            device = torch.device(device)
-            if device.type != expected:
-                raise LightningSetupError(
-                    f"Lightning asked AnyAccelerator to set up {device}, but anyaccel's "
-                    f"accelerator runs on {expected!r}. Use an anyaccel strategy (strategy="
-                    f"'auto', '{SINGLE_DEVICE}' or 'anyaccel_ddp') or one whose root device "
-                    f"is {expected!r}."
-                )
-            if expected != "cpu":
-                accelerator.set_device(0 if device.index is None else device.index)
-
-        def setup(self, trainer: pl.Trainer) -> None:
-            """Before the Trainer moves the model: check that strategy and precision are ours."""
-            check_placement(trainer.strategy, trainer.strategy.precision_plugin, self)
-
-        def get_device_stats(self, device: Any) -> dict[str, Any]:
-            """The accelerator's memory figures for ``device`` (those its backend provides)."""
-            accelerator = self.anyaccel()
-            index = torch.device(device).index
-            figures: dict[str, Any] = {}
-            for name in (
-                "memory_allocated",
-                "max_memory_allocated",
-                "memory_reserved",
-                "max_memory_reserved",
-                "total_memory",
-                "available_memory",
-            ):
-                try:
-                    figures[name] = int(getattr(accelerator, name)(index))
-                except UnsupportedFeatureError:
-                    continue
-            return figures
-
-        def teardown(self) -> None:
-            """Release the accelerator's cached memory (nothing to do on the CPU)."""
-            accelerator = self.anyaccel()
-            if not is_host(accelerator):
-                accelerator.empty_cache()
-
-        @classmethod
-        def register_accelerators(cls, accelerator_registry: Any) -> None:
-            """Add ``"anyaccel"`` to ``accelerator_registry`` (once; never over another entry)."""
-            register_once(accelerator_registry, ACCELERATOR_NAME, AnyAccelerator, "accelerator")
+    AnyAccelerator = accelerator_class(package, Accelerator, check_placement)
 
     class AnySingleDeviceStrategy(SingleDeviceStrategy):
         """The Trainer's single-device strategy, rooted on the accelerator's device by default."""
@@ -503,7 +311,6 @@ def build(package: str, version: str) -> Flavour:
     halves = (
         _Side(
             trainer=True,
-            connector=TrainerConnector,
             accelerators=load(trainer_package, "accelerators", "AcceleratorRegistry"),
             strategies=load(trainer_package, "strategies", "StrategyRegistry"),
             single=AnySingleDeviceStrategy,
@@ -517,7 +324,6 @@ def build(package: str, version: str) -> Flavour:
         ),
         _Side(
             trainer=False,
-            connector=FabricConnector,
             accelerators=load(fabric_package, "accelerators", "ACCELERATOR_REGISTRY"),
             strategies=load(fabric_package, "strategies", "STRATEGY_REGISTRY"),
             single=AnyFabricSingleDeviceStrategy,
@@ -610,17 +416,6 @@ def build_flavours(versions: dict[str, str]) -> dict[str, Flavour]:
         if package not in FLAVOURS:
             FLAVOURS[package] = build(package, version)
     return FLAVOURS
-
-
-def side_of(connector: Any) -> _Side:
-    """The package half (Trainer or Fabric) whose connector ``connector`` is."""
-    for side in sides():
-        if isinstance(connector, side.connector):
-            return side
-    raise LightningSetupError(  # only a connector class hooked by hand gets here
-        f"{type(connector).__name__} is no connector of a Lightning package anyaccel registered "
-        f"with ({', '.join(FLAVOURS)})."
-    )
 
 
 def package_of(value: object) -> Flavour | None:

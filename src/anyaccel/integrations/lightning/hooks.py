@@ -17,6 +17,7 @@ build everything from anyaccel's objects. :func:`unhook` undoes the hooks.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import warnings
 from collections.abc import Callable
@@ -30,16 +31,16 @@ from anyaccel.integrations.lightning.classes import (
     check_placement,
     ddp_backend,
     package_of,
-    side_of,
     sides,
     wrapped_in_ddp,
 )
-from anyaccel.integrations.lightning.versions import LightningSetupError
+from anyaccel.integrations.lightning.versions import PACKAGES, LightningSetupError
 
 __all__ = [
     "PRIVATE_NAMES",
     "LightningHookWarning",
     "PrivateName",
+    "connector_of",
     "install",
     "installed",
     "missing_private_names",
@@ -67,6 +68,10 @@ _KWARGS = "trainer_kwargs()/fabric_kwargs() build the strategy and plugin"
 
 #: Every private name of Lightning anyaccel uses. Nothing outside this module uses one.
 PRIVATE_NAMES: tuple[PrivateName, ...] = (
+    PrivateName("module", "_AcceleratorConnector", "imports",
+                "the Trainer's connector (trainer/connectors/accelerator_connector.py)", _KWARGS),
+    PrivateName("module", "_Connector", "imports", "Fabric's connector (fabric/connector.py)",
+                _KWARGS),
     PrivateName("connector", "_check_config_and_set_final_flags", "wraps",
                 "refuse another package's anyaccel object by name",
                 "Lightning's own error (no valid accelerator/strategy/plugin)"),
@@ -104,11 +109,36 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
 _CONNECTOR_PUBLIC = ("accelerator", "strategy")
 
 
+def connector_of(side: Any) -> type:
+    """The connector class of one package half: the Trainer's or Fabric's (both private)."""
+    trainer_package, fabric_package = PACKAGES[side.package]
+    if side.trainer:
+        module = importlib.import_module(
+            f"{trainer_package}.trainer.connectors.accelerator_connector"
+        )
+        connector: type = module._AcceleratorConnector
+    else:
+        connector = importlib.import_module(f"{fabric_package}.connector")._Connector
+    return connector
+
+
+def side_of(connector: Any) -> Any:
+    """The package half (Trainer or Fabric) whose connector ``connector`` is."""
+    for side in sides():
+        if isinstance(connector, connector_of(side)):
+            return side
+    raise LightningSetupError(  # only a connector class hooked by hand gets here
+        f"{type(connector).__name__} is no connector of a Lightning package anyaccel registered "
+        f"with ({', '.join(FLAVOURS)})."
+    )
+
+
 def _wanted(side: Any) -> list[tuple[type, PrivateName]]:
     """The (class, name) pairs the hooks need for one package half."""
     api = "trainer" if side.trainer else "fabric"
-    owners = {"connector": side.connector, "DDPStrategy": side.ddp_base}
-    owners[f"{api} connector"] = side.connector
+    connector = connector_of(side)
+    owners = {"connector": connector, "DDPStrategy": side.ddp_base}
+    owners[f"{api} connector"] = connector
     owners[f"{api} DDPStrategy"] = side.ddp_base
     return [(owners[entry.owner], entry) for entry in PRIVATE_NAMES if entry.owner in owners]
 
@@ -135,7 +165,12 @@ def missing_private_names() -> list[str]:
     """What the installed Lightning lacks of :data:`PRIVATE_NAMES` (``Class.name: why``)."""
     missing: list[str] = []
     for side in sides():
-        used = _names_used_by(side.connector)
+        try:
+            connector = connector_of(side)
+        except (ImportError, AttributeError) as error:  # moved or renamed
+            missing.append(f"{side.package} {'Trainer' if side.trainer else 'Fabric'}: {error}")
+            continue
+        used = _names_used_by(connector)
         for cls, entry in _wanted(side):
             where = f"{cls.__module__}.{cls.__qualname__}.{entry.name}"
             if entry.use in ("reads", "writes"):
@@ -154,7 +189,7 @@ def missing_private_names() -> list[str]:
                 missing.append(f"{where}: parameters {parameters}, expected none")
         for name in _CONNECTOR_PUBLIC:
             if name not in used:
-                missing.append(f"{side.connector.__qualname__}.{name}: no longer set")
+                missing.append(f"{connector.__qualname__}.{name}: no longer set")
     return sorted(set(missing))
 
 
@@ -308,8 +343,9 @@ def install() -> list[str]:
             warnings.warn(_fallback_message(missing), LightningHookWarning, stacklevel=2)
         return missing
     for side in sides():
+        connector = connector_of(side)
         for name, hook in _CONNECTOR_HOOKS.items():
-            _set(side.connector, name, _wrapped(getattr(side.connector, name), hook))
+            _set(connector, name, _wrapped(getattr(connector, name), hook))
         _set(side.ddp, "_get_process_group_backend", _get_process_group_backend)
         if side.trainer:
             _set(side.ddp, "_setup_model", _setup_model)

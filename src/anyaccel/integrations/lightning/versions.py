@@ -1,10 +1,12 @@
 """Which Lightning packages are installed, and whether their versions are ones anyaccel runs on.
 
-The range has a lower bound only. Lightning 2.4.0 is the first release made for torch 2.4
-(anyaccel's oldest torch) and the oldest that ``tests/integrations/test_lightning.py`` passes
-on; 2.3 and older declare ``torch<2.4`` support and lack ``ModelParallelStrategy``. A newer
-release is never refused by a pin: what the integration needs of Lightning's private code is
-checked by :mod:`anyaccel.integrations.lightning.hooks`, which falls back to the public path.
+The range has a lower bound only: 2.4.0, the first release after torch 2.4 (anyaccel's oldest
+torch) and the oldest ``tests/integrations/test_lightning.py`` passes on. 2.3.x imports
+``pkg_resources`` when loaded, which setuptools 81 and later no longer ship (and Python 3.12
+virtual environments have no setuptools at all), so it fails to import on a current install.
+A newer release is never refused by a pin: what the integration needs of Lightning's private
+code is checked by :mod:`anyaccel.integrations.lightning.hooks`, which falls back to the
+public path.
 """
 
 from __future__ import annotations
