@@ -171,6 +171,16 @@ def main() -> dict[str, Any]:
             "bad_index": _error(lambda: L.Fabric(accelerator="anyaccel", devices=[0, 2])),
             "setup_cpu": _error(lambda: one.accelerator.setup_device(torch.device("cpu"))),
         }
+        # Without the hooks (a Lightning whose private code changed), the Trainer's DDP would
+        # wrap the model on torch.cuda streams: refused at set-up, before any process group.
+        from anyaccel.integrations.lightning import hooks, register, trainer_kwargs
+
+        hooks.unhook()
+        try:
+            unhooked = L.Trainer(**trainer_kwargs(devices=2), **quiet)
+            result["errors"]["unhooked_ddp"] = _error(unhooked.strategy.setup_environment)
+        finally:
+            register()
     return result
 
 

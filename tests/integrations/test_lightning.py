@@ -333,6 +333,7 @@ def test_a_bound_accelerator_survives_pickling(simulated: dict[str, Any]) -> Non
         ("too_many", ["devices=3", "has 2"]),
         ("bad_index", ["devices=[0, 2]", "index 2", "has 2"]),
         ("setup_cpu", ["set up cpu", "'mlu'"]),
+        ("unhooked_ddp", ["torch.cuda streams", "'mlu'", "fabric_kwargs(devices=...)"]),
     ],
 )
 def test_configurations_off_the_simulated_device_are_refused(

@@ -16,7 +16,7 @@ import importlib
 import inspect
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -113,6 +113,19 @@ def _pause_at_exit_on_cpu(strategy: Any) -> None:
     """After set-up: CPU ranks pause at exit (see :mod:`anyaccel.distributed.exit_grace`)."""
     if strategy.process_group_backend in CPU_BACKENDS:
         install_exit_grace()
+
+
+def _refuse_cuda_streams_off_cuda(strategy: Any, hooked: bool) -> None:
+    """Without the hooks, the Trainer's DDP may only run where ``torch.cuda`` streams work."""
+    kind = device_type(anyaccel_of(strategy.accelerator))
+    if not hooked and kind not in ("cpu", "cuda"):
+        raise LightningSetupError(
+            f"The Trainer's DDP would wrap the model on torch.cuda streams, not the {kind!r} "
+            "accelerator's: anyaccel's hooks are not installed (the installed Lightning changed "
+            "the private code they need, see the LightningHookWarning at import, or unhook() "
+            "was called). Use Fabric "
+            "(Fabric(**fabric_kwargs(devices=...))), which needs no hook, or one device."
+        )
 
 
 def _register_ddp(cls: type, strategy_registry: Any) -> None:
@@ -233,6 +246,8 @@ def build(package: str, version: str) -> Flavour:
         """The Trainer's DDP with anyaccel's process-group backend and streams."""
 
         strategy_name = "anyaccel_ddp"
+        #: Set by the hooks while they wrap the model on the accelerator's streams.
+        anyaccel_streams_hooked: ClassVar[bool] = False
 
         def __init__(self, *, process_group_backend: str | None = None, **kwargs: Any) -> None:
             self.anyaccel_backend_given = process_group_backend
@@ -241,7 +256,12 @@ def build(package: str, version: str) -> Flavour:
             super().__init__(process_group_backend=backend, **kwargs)
 
         def setup_environment(self) -> None:
-            """Lightning's set-up; then a CPU backend gets the pause at exit."""
+            """Lightning's set-up; then a CPU backend gets the pause at exit.
+
+            :raises LightningSetupError: the device is neither the CPU nor CUDA and the hooks
+                are not installed: Lightning would wrap the model on ``torch.cuda`` streams.
+            """
+            _refuse_cuda_streams_off_cuda(self, type(self).anyaccel_streams_hooked)
             super().setup_environment()
             _pause_at_exit_on_cpu(self)
 

@@ -102,7 +102,8 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
                 "the backend of the accelerator given (or selected) when it is built"),
     PrivateName("trainer DDPStrategy", "_setup_model", "overrides",
                 "wrap DDP on the accelerator's stream (Lightning: torch.cuda.stream)",
-                "Lightning's own: right on the CPU and CUDA; elsewhere it needs torch.cuda"),
+                "Lightning's own on the CPU and CUDA; elsewhere a LightningSetupError at set-up "
+                "(use Fabric, whose DDP wrap is public)"),
 )  # fmt: skip
 
 #: Public attributes of the (private) connector classes the hooks read.
@@ -349,6 +350,7 @@ def install() -> list[str]:
         _set(side.ddp, "_get_process_group_backend", _get_process_group_backend)
         if side.trainer:
             _set(side.ddp, "_setup_model", _setup_model)
+            _set(side.ddp, "anyaccel_streams_hooked", True)
     return []
 
 
