@@ -58,7 +58,7 @@ def bad_installs() -> dict[str, Any]:
     # The standalone packages out of range, the `lightning` package hidden:
     real_version = importlib.metadata.version
     importlib.metadata.version = lambda name: (
-        "2.4.2" if name == "pytorch_lightning" else real_version(name)
+        "2.3.3" if name == "pytorch_lightning" else real_version(name)
     )
     result["standalone_too_old"] = _error(
         lambda: importlib.import_module("anyaccel.integrations.lightning")
@@ -66,8 +66,8 @@ def bad_installs() -> dict[str, Any]:
     importlib.metadata.version = real_version
     del sys.modules["lightning"]
     real_version = importlib.metadata.version
-    importlib.metadata.version = lambda name: "2.7.0" if name == "lightning" else real_version(name)
-    result["too_new"] = _error(lambda: importlib.import_module("anyaccel.integrations.lightning"))
+    importlib.metadata.version = lambda name: "2.3.3" if name == "lightning" else real_version(name)
+    result["too_old"] = _error(lambda: importlib.import_module("anyaccel.integrations.lightning"))
     importlib.metadata.version = real_version
     from lightning.pytorch.accelerators import AcceleratorRegistry
     from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
@@ -143,7 +143,7 @@ def main() -> dict[str, Any]:
         result["stats"] = {k: stats.get(k) for k in ("memory_allocated", "total_memory")}
 
         # DDP wraps the model inside a side stream of the vendor module, not torch.cuda's.
-        import anyaccel.integrations.lightning as integration
+        import anyaccel.integrations.lightning.classes as integration
 
         wrapped: list[Any] = []
 
@@ -171,6 +171,16 @@ def main() -> dict[str, Any]:
             "bad_index": _error(lambda: L.Fabric(accelerator="anyaccel", devices=[0, 2])),
             "setup_cpu": _error(lambda: one.accelerator.setup_device(torch.device("cpu"))),
         }
+        # Without the hooks (a Lightning whose private code changed), the Trainer's DDP would
+        # wrap the model on torch.cuda streams: refused at set-up, before any process group.
+        from anyaccel.integrations.lightning import hooks, register, trainer_kwargs
+
+        hooks.unhook()
+        try:
+            unhooked = L.Trainer(**trainer_kwargs(devices=2), **quiet)
+            result["errors"]["unhooked_ddp"] = _error(unhooked.strategy.setup_environment)
+        finally:
+            register()
     return result
 
 

@@ -4,10 +4,10 @@ Each run uses one Lightning package: ``lightning`` (``lightning.pytorch``/``ligh
 or the standalone ``pytorch_lightning``/``lightning_fabric``. Under ``torchrun
 --nproc-per-node 2`` (DDP) as ``lightning_train.py OUT_DIR``: each rank writes
 ``OUT_DIR/rank<r>.json``, for each package the final weights of each run (``trainer``/``fabric``
-x ``anyaccel``/``cpu``) and what it ran on. As ``lightning_train.py --standalone-only``, with
-the ``lightning`` package hidden, it prints the one-process runs of the standalone packages
-and the integration's packages as one JSON line. The tests call :func:`train_all` in-process
-for the one-process runs.
+x ``anyaccel``/``cpu``/``helper``, the last built by ``trainer_kwargs``/``fabric_kwargs``) and
+what it ran on. As ``lightning_train.py --standalone-only``, with the ``lightning`` package
+hidden, it prints the one-process runs of the standalone packages and the integration's
+packages as one JSON line. The tests call :func:`train_all` in-process for the one-process runs.
 """
 
 from __future__ import annotations
@@ -34,6 +34,10 @@ STEPS = 4
 #: Where each package keeps its Trainer (with ``seed_everything`` and the demos) and its Fabric.
 PACKAGES = integration.PACKAGES
 SEED = 1234
+#: The run that builds its Trainer/Fabric from ``trainer_kwargs``/``fabric_kwargs`` (no name).
+HELPER = "helper"
+#: Every run of each API: by name (anyaccel's, Lightning's CPU) and by the public helper.
+RUNS = ("anyaccel", "cpu", HELPER)
 
 
 def _weights(module: torch.nn.Module) -> dict[str, list[float]]:
@@ -51,6 +55,16 @@ def _placement(strategy: Any, precision: Any) -> dict[str, Any]:
     }
 
 
+def _placement_arguments(
+    accelerator: str, devices: int, package: str, helper: Any
+) -> dict[str, Any]:
+    """``accelerator`` by name, or ``"helper"``: anyaccel's objects from its public helper."""
+    if accelerator == HELPER:
+        arguments: dict[str, Any] = helper(devices=devices, package=package)
+        return arguments
+    return {"accelerator": accelerator, "devices": devices}
+
+
 def train_trainer(accelerator: str, devices: int, package: str = "lightning") -> dict[str, Any]:
     """``Trainer.fit`` of BoringModel for STEPS steps; the weights and where it ran."""
     pl = importlib.import_module(PACKAGES[package][0])
@@ -58,8 +72,7 @@ def train_trainer(accelerator: str, devices: int, package: str = "lightning") ->
     pl.seed_everything(SEED, verbose=False)
     model = demos.BoringModel()
     trainer = pl.Trainer(
-        accelerator=accelerator,
-        devices=devices,
+        **_placement_arguments(accelerator, devices, package, integration.trainer_kwargs),
         max_steps=STEPS,
         logger=False,
         enable_checkpointing=False,
@@ -79,7 +92,9 @@ def train_fabric(accelerator: str, devices: int, package: str = "lightning") -> 
     """A Fabric loop over the same model and data; the weights and where it ran."""
     lf = importlib.import_module(PACKAGES[package][1])
     demos = importlib.import_module(f"{PACKAGES[package][0]}.demos.boring_classes")
-    fabric = lf.Fabric(accelerator=accelerator, devices=devices)
+    fabric = lf.Fabric(
+        **_placement_arguments(accelerator, devices, package, integration.fabric_kwargs)
+    )
     fabric.launch()
     fabric.seed_everything(SEED, verbose=False)
     model = torch.nn.Linear(32, 2)
@@ -98,10 +113,10 @@ def train_fabric(accelerator: str, devices: int, package: str = "lightning") -> 
 
 
 def train_all(devices: int, package: str = "lightning") -> dict[str, dict[str, dict[str, Any]]]:
-    """Each API (``trainer``, ``fabric``) of ``package`` on each accelerator (anyaccel, cpu)."""
+    """Each API (``trainer``, ``fabric``) of ``package`` for each of :data:`RUNS`."""
     return {
-        "trainer": {name: train_trainer(name, devices, package) for name in ("anyaccel", "cpu")},
-        "fabric": {name: train_fabric(name, devices, package) for name in ("anyaccel", "cpu")},
+        "trainer": {name: train_trainer(name, devices, package) for name in RUNS},
+        "fabric": {name: train_fabric(name, devices, package) for name in RUNS},
     }
 
 

@@ -37,7 +37,7 @@ from .conftest import ANYACCEL_SRC
 
 pytestmark = pytest.mark.slow
 
-SUPPORTED = ">=2.5,<2.7"  # the range docs/lightning.md states
+SUPPORTED = ">=2.4"  # the range docs/lightning.md states
 
 HERE = Path(__file__).parent
 TIMEOUT = 300  # seconds per child run: Lightning's import alone is slow on a loaded box
@@ -51,7 +51,9 @@ def _free_port() -> int:
 
 
 def _env(backend: str) -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=ANYACCEL_SRC, DS_ACCELERATOR=backend, OMP_NUM_THREADS="1")
+    """Ours first, then this run's PYTHONPATH (which may hold another Lightning than installed)."""
+    path = os.pathsep.join(p for p in (ANYACCEL_SRC, os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, PYTHONPATH=path, DS_ACCELERATOR=backend, OMP_NUM_THREADS="1")
 
 
 class _Child:
@@ -90,8 +92,15 @@ def children(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, _Ch
     train = str(HERE / "lightning_train.py")
     simulated = [sys.executable, str(HERE / "lightning_simulated.py")]
     standalone = [sys.executable, train, "--standalone-only"]
+    (out / "fallback").mkdir()
+    fallback = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+        str(HERE / "lightning_fallback.py"), "fallback",
+    ]  # fmt: skip
     started = {
         "ddp": _Child("ddp", [*torchrun, train, "ddp"], _env("cpu"), out),
+        "fallback": _Child("fallback", fallback, _env("cpu"), out),
         "standalone": _Child("standalone", standalone, _env("cpu"), out),
         "simulated": _Child("simulated", simulated, _env("mlu"), out),
     }
@@ -200,6 +209,61 @@ def test_the_standalone_packages_alone_fit_as_lightnings_cpu(
         assert ours["root_device"] == "cpu" and ours["weights"] == theirs["weights"]
 
 
+# ---------------------------------------------------------------------- the public helper
+@pytest.mark.parametrize("api", ["trainer", "fabric"])
+def test_the_public_helper_trains_as_lightnings_cpu_in_one_process_and_ddp(
+    api: str, single: dict[str, Any], ddp: list[dict[str, Any]]
+) -> None:
+    one = single[api]["helper"]
+    assert one["strategy"] in ("AnySingleDeviceStrategy", "AnyFabricSingleDeviceStrategy")
+    assert one["weights"] == single[api]["cpu"]["weights"]
+    ranks = [result[api]["helper"] for result in ddp]
+    assert [(r["strategy"].endswith("DDPStrategy"), r["backend"]) for r in ranks] == [
+        (True, "gloo")
+    ] * 2
+    assert ranks[0]["weights"] == ranks[1]["weights"] == ddp[0][api]["cpu"]["weights"]
+
+
+@pytest.fixture(scope="module")
+def fallback(children: dict[str, _Child]) -> list[dict[str, Any]]:
+    return _ranks(children["fallback"], 2)
+
+
+def test_changed_private_code_warns_once_and_leaves_lightning_untouched(
+    fallback: list[dict[str, Any]],
+) -> None:
+    for rank in fallback:
+        [(category, message)] = rank["warnings"]
+        assert category == "LightningHookWarning"
+        for words in ("_AcceleratorConnector._check_and_init_precision", "left untouched",
+                      "trainer_kwargs(", "fabric_kwargs("):  # fmt: skip
+            assert words in message, message
+        assert len(rank["again"]) == 2  # register() again: the same two findings, no warning
+        assert (rank["installed"], rank["untouched"]) == (False, True)
+        assert rank["registered"] == [True, True]  # the public registration still happened
+        assert rank["named_strategy"] == "DDPStrategy"  # the name alone: Lightning's choice
+
+
+def test_a_newer_lightning_release_is_imported_not_refused(
+    fallback: list[dict[str, Any]],
+) -> None:
+    assert fallback[0]["versions"] == {"lightning": "3.0.0", "pytorch_lightning": "3.0.0"}
+
+
+@pytest.mark.parametrize("package", ["lightning", "pytorch_lightning"])
+@pytest.mark.parametrize("api", ["trainer", "fabric"])
+def test_without_hooks_the_public_helper_trains_ddp_as_lightnings_cpu(
+    api: str, package: str, fallback: list[dict[str, Any]]
+) -> None:
+    ranks = [rank["runs"][package][api] for rank in fallback]
+    prefix = {"lightning": "LIGHTNING.", "pytorch_lightning": "PYTORCH_LIGHTNING."}[package]
+    for run in ranks:
+        assert run["helper"]["classes"][1].startswith(prefix + "Any")
+        assert (run["helper"]["backend"], run["helper"]["world_size"]) == ("gloo", 2)
+    assert ranks[0]["helper"]["weights"] == ranks[1]["helper"]["weights"]
+    assert ranks[0]["helper"]["weights"] == ranks[0]["cpu"]["weights"]
+
+
 # ---------------------------------------------------------------------- a simulated device
 def test_simulated_device_is_selected(simulated: dict[str, Any]) -> None:
     assert simulated["selected"] == "MluAccelerator"
@@ -269,6 +333,7 @@ def test_a_bound_accelerator_survives_pickling(simulated: dict[str, Any]) -> Non
         ("too_many", ["devices=3", "has 2"]),
         ("bad_index", ["devices=[0, 2]", "index 2", "has 2"]),
         ("setup_cpu", ["set up cpu", "'mlu'"]),
+        ("unhooked_ddp", ["torch.cuda streams", "'mlu'", "fabric_kwargs(devices=...)"]),
     ],
 )
 def test_configurations_off_the_simulated_device_are_refused(
@@ -388,7 +453,9 @@ def test_ddp_on_cpu_ranks_pauses_at_exit_and_on_an_accelerator_does_not(
     integration: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[str] = []
-    monkeypatch.setattr(integration, "install_exit_grace", lambda: calls.append("x") or True)
+    import anyaccel.integrations.lightning.classes as classes
+
+    monkeypatch.setattr(classes, "install_exit_grace", lambda: calls.append("x") or True)
     for strategy in (integration.AnyDDPStrategy, integration.AnyFabricDDPStrategy):
         cpu = strategy(accelerator=integration.AnyAccelerator())
         assert cpu._get_process_group_backend() == "gloo"
@@ -463,13 +530,45 @@ def test_registration_is_idempotent_and_keeps_lightnings_names(integration: Any)
     assert not hasattr(hooked.__wrapped__, "__anyaccel_hook__")  # wrapped once, not per call
 
 
-def test_a_connector_without_the_hooked_methods_is_refused(integration: Any) -> None:
-    class Connector:
-        def _choose_strategy(self) -> None: ...
+def test_a_private_name_lightning_dropped_is_reported(
+    integration: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lightning.fabric.connector import _Connector
 
-    with pytest.raises(integration.LightningUnavailableError, match="has no _init_strategy"):
-        integration._hook_connector(Connector)
-    assert not hasattr(Connector._choose_strategy, "__anyaccel_hook__")  # nothing half-done
+    from anyaccel.integrations.lightning import hooks
+
+    assert hooks.missing_private_names() == []
+    monkeypatch.delattr(_Connector, "_lazy_init_strategy")
+    assert hooks.missing_private_names() == [
+        "lightning.fabric.connector._Connector._lazy_init_strategy: no such method"
+    ]
+
+
+def test_unhook_restores_lightning_and_register_hooks_again(integration: Any) -> None:
+    import lightning as L
+    from lightning.fabric.connector import _Connector
+    from lightning.pytorch.strategies import DDPStrategy
+    from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
+
+    from anyaccel.integrations.lightning import hooks
+
+    hooked = _AcceleratorConnector._choose_strategy
+    try:
+        integration.unhook()
+        assert not hooks.installed()
+        for connector in (_AcceleratorConnector, _Connector):
+            for name in ("_choose_strategy", "_check_config_and_set_final_flags"):
+                assert not hasattr(getattr(connector, name), "__anyaccel_hook__")
+        assert _AcceleratorConnector._choose_strategy is hooked.__wrapped__
+        assert "_get_process_group_backend" not in vars(integration.AnyDDPStrategy)
+        trainer = L.Trainer(accelerator="anyaccel", devices=2, logger=False)
+        assert type(trainer.strategy) is DDPStrategy  # Lightning's own choice, unhooked
+    finally:
+        assert integration.register() == []
+    assert hooks.installed()
+    assert hasattr(_AcceleratorConnector._choose_strategy, "__anyaccel_hook__")
+    trainer = L.Trainer(accelerator="anyaccel", devices=2, logger=False)
+    assert type(trainer.strategy) is integration.AnyDDPStrategy
 
 
 def test_registration_refuses_to_replace_another_anyaccel_entry(integration: Any) -> None:
@@ -518,12 +617,23 @@ def test_a_version_outside_the_range_is_refused(
 ) -> None:
     import importlib.metadata
 
-    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.4.0")
+    from anyaccel.integrations.lightning.versions import require_lightning
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.3.3")
     with pytest.raises(integration.LightningUnavailableError) as caught:
-        integration._require_lightning()
-    assert "lightning 2.4.0 is installed" in str(caught.value)
+        require_lightning()
+    assert "lightning 2.3.3 is installed" in str(caught.value)
     assert integration.SUPPORTED_LIGHTNING in str(caught.value)
     assert "pip install -e '.[lightning]'" in str(caught.value)
+
+
+def test_a_newer_release_is_not_refused_by_a_pin(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    from anyaccel.integrations.lightning.versions import require_lightning
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "3.0.0")
+    assert require_lightning() == {"lightning": "3.0.0", "pytorch_lightning": "3.0.0"}
 
 
 def test_import_anyaccel_loads_no_lightning(simulated: dict[str, Any]) -> None:
@@ -536,11 +646,11 @@ def test_missing_lightning_names_the_extra(simulated: dict[str, Any]) -> None:
     assert "pip install -e '.[lightning]'" in message
 
 
-def test_unsupported_lightning_is_refused_and_nothing_is_half_done(
+def test_too_old_lightning_is_refused_and_nothing_is_half_done(
     simulated: dict[str, Any],
 ) -> None:
     bad = simulated["bad_installs"]
-    assert "lightning 2.7.0 is installed" in bad["too_new"], bad["too_new"]
+    assert "lightning 2.3.3 is installed" in bad["too_old"], bad["too_old"]
     assert (bad["registered"], bad["hooked"], bad["half_imported"]) == (False, False, False)
 
 
@@ -559,7 +669,7 @@ def test_pytorch_lightning_without_lightning_fabric_is_refused(simulated: dict[s
 def test_unsupported_standalone_packages_are_refused(simulated: dict[str, Any]) -> None:
     message = simulated["bad_installs"]["standalone_too_old"]
     assert message.startswith("LightningUnavailableError: "), message
-    assert "pytorch_lightning 2.4.2 is installed" in message
+    assert "pytorch_lightning 2.3.3 is installed" in message
     assert f"supports pytorch_lightning{SUPPORTED}" in message
 
 
@@ -654,3 +764,130 @@ def test_another_packages_anyaccel_instance_is_refused_by_name(
         build(**arguments)
     for word in words:
         assert word in str(caught.value), str(caught.value)
+
+
+# ---------------------------------------------------------------------- the helper's choices
+def test_trainer_kwargs_returns_anyaccels_objects(integration: Any) -> None:
+    kwargs = integration.trainer_kwargs(devices=2, precision="bf16-mixed", strategy="ddp_spawn")
+    assert set(kwargs) == {"accelerator", "devices", "num_nodes", "strategy", "plugins"}
+    assert type(kwargs["accelerator"]) is integration.AnyAccelerator
+    assert type(kwargs["strategy"]) is integration.AnyDDPStrategy
+    assert kwargs["strategy"]._start_method == "spawn"
+    assert kwargs["strategy"].process_group_backend == "gloo"
+    [plugin] = kwargs["plugins"]
+    assert (type(plugin), plugin.device) == (integration.AnyMixedPrecision, "cpu")
+    fabric = integration.fabric_kwargs(devices=1, precision="32-true")
+    assert type(fabric["strategy"]) is integration.AnyFabricSingleDeviceStrategy
+    assert (fabric["precision"], "plugins" in fabric) == ("32-true", False)
+    standalone = integration.trainer_kwargs(package="pytorch_lightning")
+    assert type(standalone["strategy"]) is integration.PYTORCH_LIGHTNING.AnySingleDeviceStrategy
+
+
+def test_trainer_kwargs_on_a_bound_accelerator_uses_its_devices_and_backend(
+    integration: Any,
+) -> None:
+    import lightning as L
+
+    with simulate_cuda(device_count=2):
+        kwargs = integration.trainer_kwargs(devices=[1], accelerator=CudaAccelerator())
+        assert kwargs["strategy"].root_device == torch.device("cuda", 1)
+        ddp = integration.fabric_kwargs(devices=2, accelerator=CudaAccelerator())
+        assert ddp["strategy"].process_group_backend == "nccl"
+        trainer = L.Trainer(**integration.trainer_kwargs(devices=1), logger=False)
+    assert trainer.strategy.root_device == torch.device("cpu")  # the selected (CPU) backend
+
+
+@pytest.mark.parametrize(
+    ("arguments", "words"),
+    [
+        ({"strategy": "fsdp"}, ["strategy='fsdp' is not one anyaccel builds", "anyaccel_ddp"]),
+        ({"strategy": "single_device", "devices": 2}, ["runs one device", "devices=1"]),
+        ({"package": "lightning_v3"}, ["package='lightning_v3'", "'pytorch_lightning'"]),
+        ({"num_nodes": 0}, ["num_nodes=0"]),
+        ({"devices": 0}, ["devices=0", "process count"]),
+        ({"strategy": "auto", "precision": "16-mixed"}, ["'16-mixed' is not supported"]),
+    ],
+)
+def test_trainer_kwargs_refuses_what_it_cannot_build(
+    arguments: dict[str, Any], words: list[str], integration: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from anyaccel.backends.cpu import CpuAccelerator
+
+    monkeypatch.setattr(CpuAccelerator, "is_fp16_supported", lambda self: False)
+    with pytest.raises(integration.LightningSetupError) as caught:
+        integration.trainer_kwargs(**arguments)
+    for word in words:
+        assert word in str(caught.value), str(caught.value)
+
+
+def test_trainer_kwargs_refuses_a_strategy_object_off_the_device(integration: Any) -> None:
+    from lightning.pytorch.strategies import DDPStrategy
+
+    with pytest.raises(integration.LightningSetupError, match="DDPStrategy is not adapted"):
+        integration.trainer_kwargs(devices=2, strategy=DDPStrategy())
+    given = integration.AnyDDPStrategy()
+    assert integration.trainer_kwargs(devices=2, strategy=given)["strategy"] is given
+
+
+# ---------------------------------------------------------------------- Lightning's private names
+def _lightning_private_names() -> set[str]:
+    """Every single-underscore name Lightning's connectors, strategies and plugins define or use."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from anyaccel.integrations.lightning.hooks import _names_used_by
+
+    names: set[str] = set()
+    roots = [
+        "lightning.pytorch.trainer.connectors", "lightning.pytorch.strategies",
+        "lightning.pytorch.accelerators", "lightning.pytorch.plugins.precision",
+        "lightning.fabric.strategies", "lightning.fabric.accelerators",
+        "lightning.fabric.plugins.precision",
+    ]  # fmt: skip
+    modules = [importlib.import_module(name) for name in ("lightning.fabric.connector",
+               "lightning.fabric.fabric", "lightning.pytorch.trainer.trainer")]  # fmt: skip
+    for root in roots:
+        package = importlib.import_module(root)
+        modules.append(package)
+        for info in pkgutil.iter_modules(package.__path__, root + "."):
+            try:
+                modules.append(importlib.import_module(info.name))
+            except ImportError:  # an optional dependency (deepspeed, xla...) is missing
+                continue
+    for module in modules:
+        names |= set(vars(module))  # its private functions and classes (_Connector...)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__.startswith("lightning."):
+                names |= set(dir(cls)) | _names_used_by(cls)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def test_lightnings_private_names_are_used_only_in_the_hooks_module(integration: Any) -> None:
+    import ast
+
+    from anyaccel.integrations.lightning.hooks import PRIVATE_NAMES
+
+    theirs = _lightning_private_names()
+    listed = {entry.name for entry in PRIVATE_NAMES}
+    source = Path(anyaccel.__file__).parent
+    hooks = source / "integrations" / "lightning" / "hooks.py"
+    found: dict[str, set[str]] = {}
+    for path in sorted(source.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if "lightning" not in text.lower():  # a module that never meets Lightning
+            continue
+        tree = ast.parse(text)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in theirs:
+                found.setdefault(node.attr, set()).add(str(path.relative_to(source)))
+            if isinstance(node, ast.Constant) and node.value in theirs:  # getattr, load by name
+                found.setdefault(str(node.value), set()).add(str(path.relative_to(source)))
+    ours = {"_bound", "_classes", "_sides"}  # anyaccel's own attributes of its own classes
+    outside = {
+        name: files for name, files in found.items()
+        if name not in ours and files != {str(hooks.relative_to(source))}
+    }  # fmt: skip
+    assert outside == {}
+    assert {"_choose_strategy", "_parallel_devices", "_setup_model"} <= set(found)  # it looks
+    assert {name for name in found if name not in ours} <= listed
