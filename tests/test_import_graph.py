@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "anyaccel.probe",
             "anyaccel.tensor_types",
             "anyaccel.synchronous",
+            "anyaccel.settings",
             "anyaccel.porting",
         ),
     ),
