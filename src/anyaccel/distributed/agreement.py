@@ -22,9 +22,11 @@ __all__ = ["AGREEMENT_WAIT_S", "BackendChoice", "agree_on_backend", "rank_list"]
 
 logger = logging.getLogger(__name__)
 
-#: How long a rank waits for the others' choices once it has joined the store (they post
-#: theirs as soon as they join it); past it the rank goes on without the check.
-AGREEMENT_WAIT_S = 60.0
+#: How long a rank waits for the others' choices once it has joined the store (each posts
+#: its own as soon as it joins, so this covers ranks that start later, on a loaded host or a
+#: slow file system); past it the rank goes on without the check. Bounded by the group's
+#: timeout too.
+AGREEMENT_WAIT_S = 300.0
 
 
 class BackendChoice(NamedTuple):
@@ -108,18 +110,20 @@ def agree_on_backend(
             BackendChoice(*json.loads(bytes(store.get(f"{key}/{r}")).decode()))
             for r in range(world_size)
         ]
-        if len({c.backend for c in choices}) == 1:
-            return
-        # Every rank raises; the store's host (rank 0) waits until all have read the choices,
-        # so that none loses the store before it can name the difference.
-        store.add(f"{key}/read", 1)
-        while int(store.add(f"{key}/read", 0)) < world_size and time.monotonic() < deadline:
-            time.sleep(0.01)
     except (RuntimeError, OSError) as exc:  # the store's host went away (it failed first)
         raise DistributedSetupError(
             f"init_distributed: the job's store failed while the ranks compared their "
             f"collective backends ({str(exc).splitlines()[0] if str(exc) else exc!r}); the "
-            "rank hosting it (rank 0) most likely stopped "
-            "first: see its error"
+            "rank hosting it (rank 0) most likely stopped first: see its error"
         ) from exc
+    if len({c.backend for c in choices}) == 1:
+        return
+    # Every rank raises; each waits until all have read the choices, so that the store's host
+    # (rank 0) stays until none needs it. The host may leave once it has seen every rank's read.
+    try:
+        store.add(f"{key}/read", 1)
+        while int(store.add(f"{key}/read", 0)) < world_size and time.monotonic() < deadline:
+            time.sleep(0.01)
+    except (RuntimeError, OSError):
+        pass  # the host left after every rank had read: nothing is missing
     raise DistributedSetupError(_disagreement(choices))

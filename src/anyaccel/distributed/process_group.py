@@ -19,7 +19,7 @@ from typing import Any
 import torch.distributed as dist
 
 from anyaccel.detection import get_accelerator
-from anyaccel.distributed.agreement import BackendChoice, agree_on_backend
+from anyaccel.distributed.agreement import AGREEMENT_WAIT_S, BackendChoice, agree_on_backend
 from anyaccel.distributed.binding import bind_cores as apply_binding
 from anyaccel.distributed.devices import select_device_index
 from anyaccel.distributed.environment import DEFAULT_MASTER_PORT, LaunchInfo, launch_info
@@ -251,5 +251,6 @@ def _agreed_store(backend: str, info: LaunchInfo, timeout: timedelta | None) -> 
     setting = os.environ.get(BACKEND_ENV)
     mine = BackendChoice(backend, _choice.get("reason", "backend= given"), setting)
     key = f"anyaccel/init_distributed/{next(_agreements)}/backend"
-    agree_on_backend(store, info.rank, info.world_size, mine, key)
+    wait = min(AGREEMENT_WAIT_S, timeout.total_seconds())
+    agree_on_backend(store, info.rank, info.world_size, mine, key, wait)
     return c10d.PrefixStore("default_pg", store)

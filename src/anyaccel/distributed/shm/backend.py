@@ -6,9 +6,12 @@ is a Python ``ProcessGroup`` holding a gloo group over the same ranks (same stor
 prefix): collectives the kernel runs (``NATIVE``: all_reduce, all_gather and
 all_gather_into_tensor, reduce_scatter and reduce_scatter_tensor, broadcast, barrier) go
 through the group's shared-memory segment;
-every other call, and any tensor the kernel cannot take (integer dtypes, other ops), goes to
-gloo, which is also registered as the group's CPU backend so that every method not overridden
-here (send/recv, all_to_all, gather, scatter, object collectives, ...) reaches it unchanged.
+every other call, and any tensor the kernel cannot take (float64, complex, integer dtypes),
+goes to gloo, which is also registered as the group's CPU backend so that every method not
+overridden here (send/recv, all_to_all, gather, scatter, object collectives, ...) reaches it
+unchanged. Reduce ops mean the same on either path (``reduction``): MIN/MAX let a NaN win,
+AVG is the exact mean of floats and NCCL's truncated mean of integers, PREMUL_SUM multiplies
+first.
 
 Native calls run synchronously and return a completed ``Work`` (``wait()`` returns at once,
 ``get_future()`` holds the outputs, as DDP needs). Ranks that die or stall raise within the
@@ -34,9 +37,10 @@ from anyaccel.distributed.errors import CollectiveError, DistributedSetupError
 from anyaccel.distributed.shm.group import ShmGroup, adopt, announce_fallback, set_up_segment
 from anyaccel.distributed.shm.reduction import (
     DTYPE_CODES,
-    all_reduce_keeping_nan,
-    drops_nan,
+    all_reduce_as_nccl,
+    gloo_differs,
     op_code,
+    premultiplied,
 )
 from anyaccel.settings import read_on_off
 
@@ -218,15 +222,19 @@ class ShmProcessGroup(dist.ProcessGroup):
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
         opts = _C10D.AllreduceOptions() if opts is None else opts
-        code = op_code(opts.reduceOp)
+        op = opts.reduceOp
+        premul = op == dist.ReduceOp.PREMUL_SUM
+        code = 0 if premul else op_code(op)  # PREMUL_SUM: a premultiplied SUM
         if code is None or not self._native(tensors) or tensors[0].dtype not in DTYPE_CODES:
             self._to_gloo("all_reduce")
-            if len(tensors) != 1 or not drops_nan(tensors[0], opts.reduceOp):
+            if len(tensors) != 1 or not gloo_differs(tensors[0], op):
                 return self.gloo.allreduce(tensors, opts)
             self._all_reduce_on_gloo(tensors[0], opts)
             return _completed(tensors)
         target = tensors[0].detach()
-        work = target if target.is_contiguous() else target.contiguous()
+        work = premultiplied(target, op) if premul else None
+        if work is None:
+            work = target if target.is_contiguous() else target.contiguous()
         self._run(
             "all_reduce",
             lambda c: c.all_reduce(
@@ -239,7 +247,8 @@ class ShmProcessGroup(dist.ProcessGroup):
         return _completed(tensors)
 
     def _all_reduce_on_gloo(self, tensor: torch.Tensor, opts: Any) -> None:
-        """gloo's all_reduce of ``tensor`` under ``opts``, waited for; MIN/MAX keep a NaN."""
+        """gloo's all_reduce of ``tensor`` under ``opts``, waited for, with every op as on shared
+        memory (``reduction.all_reduce_as_nccl``: AVG, PREMUL_SUM, a NaN that wins MIN/MAX)."""
 
         def reduce(target: torch.Tensor, op: Any) -> None:
             options = _C10D.AllreduceOptions()
@@ -247,7 +256,7 @@ class ShmProcessGroup(dist.ProcessGroup):
             options.timeout = opts.timeout
             self.gloo.allreduce([target], options).wait()
 
-        all_reduce_keeping_nan(tensor, opts.reduceOp, reduce)
+        all_reduce_as_nccl(tensor, opts.reduceOp, self.size(), reduce)
 
     def _gathered(self, outputs: list[torch.Tensor], tensor: torch.Tensor) -> None:
         """Fill ``outputs`` (contiguous, one per rank, each like ``tensor``) with every rank's."""
@@ -332,7 +341,8 @@ class ShmProcessGroup(dist.ProcessGroup):
 
     def _scattered(self, output: torch.Tensor, source: torch.Tensor, opts: Any) -> bool:
         """Reduce-scatter ``source`` (``size`` parts) into ``output``; False: not native."""
-        code = op_code(opts.reduceOp)
+        premul = opts.reduceOp == dist.ReduceOp.PREMUL_SUM
+        code = 0 if premul else op_code(opts.reduceOp)  # PREMUL_SUM: a premultiplied SUM
         if (
             code is None
             or not self._native([source])
@@ -343,6 +353,8 @@ class ShmProcessGroup(dist.ProcessGroup):
         ):
             return False
         source = source.detach().contiguous()
+        if premul:
+            source = premultiplied(source, opts.reduceOp)  # type: ignore[assignment]  # a copy
         target = output.detach()
         work = target if target.is_contiguous() else torch.empty_like(target).contiguous()
         self._run(
@@ -402,13 +414,12 @@ class ShmProcessGroup(dist.ProcessGroup):
 
         gloo's own reduce-scatter is missing (the list form) or ignores the op (every op sums)
         on older torch (2.4 at least), so a fallback that is not a sum would come back wrong;
-        its all_reduce honours every op gloo has. AVG (gloo has none) and shapes that do not
-        split evenly are left to gloo, which refuses them as it does for any caller.
+        its all_reduce honours every op gloo has, and ``_all_reduce_on_gloo`` adds the rest
+        (AVG, PREMUL_SUM). Shapes that do not split evenly are left to gloo, which refuses them
+        as it does for any caller.
         """
-        op = opts.reduceOp
         if (
-            op == dist.ReduceOp.AVG
-            or source.numel() != output.numel() * self.size()
+            source.numel() != output.numel() * self.size()
             or source.device.type != "cpu"
             or output.device.type != "cpu"
             or source.dtype != output.dtype

@@ -17,7 +17,7 @@ from anyaccel.distributed.shm.group import group_state, resolve_group
 from anyaccel.distributed.shm.reduction import (
     DTYPE_CODES,
     OP_CODES,
-    all_reduce_keeping_nan,
+    all_reduce_as_nccl,
     op_code,
 )
 
@@ -40,9 +40,9 @@ def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any | N
 
     CPU tensors (fp32, bf16, fp16; SUM, PRODUCT, MIN, MAX, AVG) go through shared memory when
     every rank of the group runs on this node; everything else calls
-    ``torch.distributed.all_reduce``. MIN and MAX let a NaN from any rank win (on the fallback
-    too, for CPU tensors); AVG divides before rounding, so a half-precision mean that fits is
-    exact even where the sum overflows.
+    ``torch.distributed.all_reduce``. MIN and MAX let a NaN from any rank win; AVG is the exact
+    mean (rounded once) of floating tensors and NCCL's truncated mean of integers; PREMUL_SUM
+    multiplies before summing; on the fallback too, for CPU tensors.
     The first call on a group is collective set-up. Threads may call it at once: each call is
     whole, as with gloo. Raises ``CollectiveError`` when a rank dies, stops within the group's
     timeout, or passes a tensor of another size or dtype, or another op (checked for the whole
@@ -63,8 +63,10 @@ def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any | N
     )
     state = group_state(pg) if eligible else None
     if state is None or state.communicator is None:
-        if tensor.device.type == "cpu":  # gloo's MIN/MAX drop a NaN
-            all_reduce_keeping_nan(tensor, op, lambda t, o: dist.all_reduce(t, op=o, group=pg))
+        if tensor.device.type == "cpu":  # gloo lacks AVG and PREMUL_SUM, its MIN/MAX drop a NaN
+            all_reduce_as_nccl(
+                tensor, op, dist.get_world_size(pg), lambda t, o: dist.all_reduce(t, op=o, group=pg)
+            )
         else:
             dist.all_reduce(tensor, op=op, group=pg)
         return
