@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "anyaccel.probe",
             "anyaccel.tensor_types",
             "anyaccel.synchronous",
+            "anyaccel.settings",
             "anyaccel.porting",
         ),
     ),

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 import pytest
@@ -39,18 +39,24 @@ def base_env() -> dict[str, str]:
 
 
 def start_ranks(
-    script: str, world_size: int = 2, *args: str, nodes: int = 1
+    script: str,
+    world_size: int = 2,
+    *args: str,
+    nodes: int = 1,
+    env: Mapping[str, str] | None = None,
 ) -> list[subprocess.Popen[str]]:
     """``world_size`` processes of ``script`` with torchrun's variables on 127.0.0.1.
 
     With ``nodes`` > 1 the ranks are split evenly into that many nodes, as ``torchrun --nnodes``
-    numbers them (``GROUP_RANK``, local ranks from 0 on each node).
+    numbers them (``GROUP_RANK``, local ranks from 0 on each node). ``env``: more variables,
+    the same for every rank.
     """
     port = free_port()
     per_node = world_size // nodes
     procs = []
+    extra = dict(env or {})
     for rank in range(world_size):
-        env = base_env()
+        env = {**base_env(), **extra}
         env.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank % per_node),
                    LOCAL_WORLD_SIZE=str(per_node), GROUP_RANK=str(rank // per_node),
                    GROUP_WORLD_SIZE=str(nodes), ROLE_RANK=str(rank),

@@ -181,3 +181,9 @@ def test_cpu_collectives_says_which_backend_and_why(monkeypatch: pytest.MonkeyPa
     assert cpu_collectives() == "anyaccel_shm (ANYACCEL_SHM_BACKEND=1)"
     monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "off")
     assert cpu_collectives() == "gloo (ANYACCEL_SHM_BACKEND=off)"
+    monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "OFF")  # any case
+    assert cpu_collectives() == "gloo (ANYACCEL_SHM_BACKEND=OFF)"
+    monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "enable")  # the report says so, never raises
+    assert cpu_collectives().startswith(
+        "none: init_distributed() will refuse the setting (ANYACCEL_SHM_BACKEND='enable' is not"
+    )

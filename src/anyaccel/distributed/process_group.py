@@ -8,21 +8,30 @@ unavailable backends are errors that say what to set or install.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import warnings
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from typing import Any
 
 import torch.distributed as dist
 
 from anyaccel.detection import get_accelerator
+from anyaccel.distributed.agreement import AGREEMENT_WAIT_S, BackendChoice, agree_on_backend
 from anyaccel.distributed.binding import bind_cores as apply_binding
 from anyaccel.distributed.devices import select_device_index
 from anyaccel.distributed.environment import DEFAULT_MASTER_PORT, LaunchInfo, launch_info
 from anyaccel.distributed.errors import DistributedSetupError
 from anyaccel.distributed.exit_grace import install_exit_grace
-from anyaccel.distributed.shm.backend import BACKEND_NAME, register_backend, shm_backend_wanted
+from anyaccel.distributed.shm.backend import (
+    BACKEND_ENV,
+    BACKEND_NAME,
+    register_backend,
+    shm_backend_wanted,
+)
+from anyaccel.errors import InvalidSettingError
 
 __all__ = ["BACKEND_REMEDIES", "backend_choice", "cpu_collectives", "init_distributed"]
 
@@ -30,6 +39,8 @@ logger = logging.getLogger(__name__)
 
 #: What the last ``init_distributed()`` in this process chose for CPU tensors, and why.
 _choice: dict[str, str] = {}
+#: Numbers this process's backend agreements, so a second job in one process reads no stale key.
+_agreements = itertools.count()
 
 
 def backend_choice() -> dict[str, str]:
@@ -44,7 +55,10 @@ def cpu_collectives() -> str:
     """
     if _choice and dist.is_available() and dist.is_initialized():
         return f"{_choice['backend']} ({_choice['reason']}; chosen by init_distributed)"
-    wanted, why = shm_backend_wanted()
+    try:
+        wanted, why = shm_backend_wanted()
+    except InvalidSettingError as exc:
+        return f"none: init_distributed() will refuse the setting ({exc})"
     if wanted:
         try:
             register_backend()
@@ -156,7 +170,10 @@ def init_distributed(
     why.
 
     Raises ``DistributedSetupError`` before any rendezvous when the launcher's variables are
-    missing or inconsistent, the backend is unavailable, or local ranks would share a device;
+    missing or inconsistent, the backend is unavailable, or local ranks would share a device,
+    and right after it (on every rank, not at the timeout) when the ranks chose different
+    backends for CPU tensors, naming the setting that differs on which rank;
+    ``InvalidSettingError`` when ``ANYACCEL_SHM_BACKEND`` is not an on/off value;
     ``CoreBindingError`` when the cores cannot be split. Calling it again once initialised
     returns the live group's rank and world size, warning if the environment disagrees.
     """
@@ -208,12 +225,32 @@ def init_distributed(
         os.environ[name] = str(value)
     if device_index is not None:
         accelerator.set_device(device_index)
-    kwargs = {"timeout": timeout} if timeout is not None else {}
-    dist.init_process_group(
-        backend=backend,
-        init_method="env://",
-        rank=info.rank,
-        world_size=info.world_size,
-        **kwargs,  # type: ignore[arg-type]
-    )
+    kwargs: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
+    if info.world_size > 1 and {"gloo", BACKEND_NAME} & set(_backend_names(backend)):
+        kwargs["store"] = _agreed_store(backend, info, timeout)
+    else:
+        kwargs["init_method"] = "env://"
+    dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size, **kwargs)
     return info
+
+
+def _agreed_store(backend: str, info: LaunchInfo, timeout: timedelta | None) -> Any:
+    """The job's store (``env://`` rendezvous), once every rank is known to use ``backend``.
+
+    Made as ``init_process_group`` makes it for an ``init_method`` (same rendezvous, timeout
+    and ``default_pg`` prefix), so that the ranks can compare their choice on it first.
+    """
+    from torch.distributed.constants import default_pg_timeout
+
+    timeout = default_pg_timeout if timeout is None else timeout
+    c10d: Any = dist  # torch's stubs declare neither rendezvous's nor PrefixStore's export
+    store, _, _ = next(
+        c10d.rendezvous("env://", rank=info.rank, world_size=info.world_size, timeout=timeout)
+    )
+    store.set_timeout(timeout)
+    setting = os.environ.get(BACKEND_ENV)
+    mine = BackendChoice(backend, _choice.get("reason", "backend= given"), setting)
+    key = f"anyaccel/init_distributed/{next(_agreements)}/backend"
+    wait = min(AGREEMENT_WAIT_S, timeout.total_seconds())
+    agree_on_backend(store, info.rank, info.world_size, mine, key, wait)
+    return c10d.PrefixStore("default_pg", store)

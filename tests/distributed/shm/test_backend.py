@@ -15,6 +15,7 @@ from anyaccel.distributed.errors import DistributedSetupError
 from anyaccel.distributed.process_group import cpu_collectives
 from anyaccel.distributed.shm import backend as backend_module
 from anyaccel.distributed.shm.backend import register_backend, shm_backend_wanted
+from anyaccel.errors import InvalidSettingError
 
 from ..ranks import finish, free_port, multiprocess, shm_entries, start_ranks
 
@@ -47,11 +48,16 @@ def test_the_environment_and_the_argument_turn_it_on_and_off(
     )
     monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "1")
     assert shm_backend_wanted() == (True, "ANYACCEL_SHM_BACKEND=1")
-    monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "maybe")
-    assert shm_backend_wanted()[0] is False and "'maybe' is not one of" in shm_backend_wanted()[1]
+    monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "FALSE")  # any case, as every on/off variable
+    assert shm_backend_wanted() == (False, "ANYACCEL_SHM_BACKEND=FALSE")
     monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "0")
     assert shm_backend_wanted() == (False, "ANYACCEL_SHM_BACKEND=0")
     assert shm_backend_wanted(True) == (True, "shm_backend=True")
+    monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "enable")  # not a silent gloo: an error
+    with pytest.raises(InvalidSettingError, match="ANYACCEL_SHM_BACKEND='enable' is not an on/off"):
+        shm_backend_wanted()
+    with pytest.raises(InvalidSettingError, match="'enable'"):
+        shm_backend_wanted(True)  # a bad value is refused even where the argument decides
     monkeypatch.delenv("ANYACCEL_SHM_BACKEND")
     assert shm_backend_wanted(False) == (False, "shm_backend=False")
 
@@ -216,9 +222,10 @@ AGAINST_GLOO = textwrap.dedent(
                 dist.all_reduce(a, op=op); dist.all_reduce(b, op=op, group=gloo)
                 check(f"all_reduce {dtype} {n} {op}", a, b)
             if dtype in FLOATS:
-                a = data(n, dtype, 2); b = a.clone()
-                dist.all_reduce(a, op=R.AVG); dist.all_reduce(b, group=gloo); b.div_(size)
-                check(f"all_reduce {dtype} {n} AVG", a, b)
+                # AVG: the exact mean (float64 sum of two floats is exact), rounded once
+                a = data(n, dtype, 2); b = a.double()
+                dist.all_reduce(a, op=R.AVG); dist.all_reduce(b, group=gloo)
+                check(f"all_reduce {dtype} {n} AVG", a, b.div_(size).to(dtype))
             x = data(n, dtype, 3)
             ours = [torch.empty_like(x) for _ in range(size)]
             theirs = [torch.empty_like(x) for _ in range(size)]
@@ -252,11 +259,11 @@ AGAINST_GLOO = textwrap.dedent(
         n = (64 << 20) // dtype.itemsize
         x = data(n, dtype, 12)
         for op in [R.SUM, R.MAX] + ([R.AVG] if dtype.is_floating_point else []):
-            a = x.clone(); b = x.clone()
+            a = x.clone(); b = x.double() if op == R.AVG else x.clone()
             dist.all_reduce(a, op=op)
             dist.all_reduce(b, op=R.SUM if op == R.AVG else op, group=gloo)
-            if op == R.AVG:
-                b.div_(size)
+            if op == R.AVG:  # the exact mean, rounded once
+                b = b.div_(size).to(dtype)
             check(f"all_reduce {dtype} 64 MiB {op}", a, b)
         ours = torch.empty(n * size, dtype=dtype); theirs = torch.empty_like(ours)
         dist.all_gather_into_tensor(ours, x); dist.all_gather_into_tensor(theirs, x, group=gloo)
@@ -719,10 +726,10 @@ BESIDE = textwrap.dedent(
         return torch.randint(-50, 50, (n,), generator=gen).to(dtype)
     R = dist.ReduceOp
     for op in (R.SUM, R.MAX, R.AVG):
-        a = data(3001, 1); b = a.clone()
+        a = data(3001, 1); b = a.double() if op == R.AVG else a.clone()
         dist.all_reduce(a, op=op)
         dist.all_reduce(b, op=R.SUM if op == R.AVG else op, group=gloo)
-        same(f"all_reduce {op}", a, b.div_(size) if op == R.AVG else b)
+        same(f"all_reduce {op}", a, b.div_(size).float() if op == R.AVG else b)
     a = data(1001, 2, torch.int64); b = a.clone()  # integers: the group's own gloo fallback
     dist.all_reduce(a); dist.all_reduce(b, group=gloo); same("all_reduce int64", a, b)
     a = data(2000, 3, torch.bfloat16); b = a.clone()
@@ -854,14 +861,16 @@ FOUR_RANKS = textwrap.dedent(
         return torch.randint(-50, 50, (n,), generator=gen).to(dtype)
 
     def rank_order(values, op, dtype):
-        # the kernel's definition: fp32 accumulation in rank order, rounded once to the dtype
-        fold = {R.SUM: torch.add, R.AVG: torch.add, R.PRODUCT: torch.mul,
+        # the kernel's definition: fp32 accumulation in rank order, rounded once to the dtype;
+        # AVG: the exact mean (float64 sums of these few floats are exact), rounded once
+        if op == R.AVG:
+            return (torch.stack([v.double() for v in values]).sum(0) / size).to(dtype)
+        fold = {R.SUM: torch.add, R.PRODUCT: torch.mul,
                 R.MIN: torch.minimum, R.MAX: torch.maximum}[op]
         acc = values[0].float()
         for value in values[1:]:
             acc = fold(acc, value.float())
-        out = acc.to(dtype)
-        return out.div_(size) if op == R.AVG else out
+        return acc.to(dtype)
 
     def check(name, ours, exact, theirs, dtype, scale=None):
         # ours: bit for bit the rank-order result; gloo: bit for bit where the order cannot

@@ -6,9 +6,12 @@ is a Python ``ProcessGroup`` holding a gloo group over the same ranks (same stor
 prefix): collectives the kernel runs (``NATIVE``: all_reduce, all_gather and
 all_gather_into_tensor, reduce_scatter and reduce_scatter_tensor, broadcast, barrier) go
 through the group's shared-memory segment;
-every other call, and any tensor the kernel cannot take (integer dtypes, other ops), goes to
-gloo, which is also registered as the group's CPU backend so that every method not overridden
-here (send/recv, all_to_all, gather, scatter, object collectives, ...) reaches it unchanged.
+every other call, and any tensor the kernel cannot take (float64, complex, integer dtypes),
+goes to gloo, which is also registered as the group's CPU backend so that every method not
+overridden here (send/recv, all_to_all, gather, scatter, object collectives, ...) reaches it
+unchanged. Reduce ops mean the same on either path (``reduction``): MIN/MAX let a NaN win,
+AVG is the exact mean of floats and NCCL's truncated mean of integers, PREMUL_SUM multiplies
+first.
 
 Native calls run synchronously and return a completed ``Work`` (``wait()`` returns at once,
 ``get_future()`` holds the outputs, as DDP needs). Ranks that die or stall raise within the
@@ -31,7 +34,15 @@ import torch
 import torch.distributed as dist
 
 from anyaccel.distributed.errors import CollectiveError, DistributedSetupError
-from anyaccel.distributed.shm.group import ShmGroup, adopt, set_up_segment
+from anyaccel.distributed.shm.group import ShmGroup, adopt, announce_fallback, set_up_segment
+from anyaccel.distributed.shm.reduction import (
+    DTYPE_CODES,
+    all_reduce_as_nccl,
+    gloo_differs,
+    op_code,
+    premultiplied,
+)
+from anyaccel.settings import read_on_off
 
 __all__ = [
     "BACKEND_ENV",
@@ -61,7 +72,6 @@ NATIVE = (
     "barrier",
 )
 
-_FLOAT_CODES: dict[torch.dtype, int] = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 #: dtype -> the tag the kernel compares across ranks in byte collectives (gather, broadcast).
 _DTYPE_TAGS: dict[torch.dtype, int] = {
     dtype: index
@@ -78,24 +88,8 @@ _DTYPE_TAGS: dict[torch.dtype, int] = {
 FALLBACK_TAG = 1000
 #: The collective a fallback announces, so ranks that fall back to different ones fail too.
 _KINDS = {"all_reduce": 1, "all_gather": 2, "broadcast": 3, "reduce_scatter": 4}
-_OFF = ("0", "false", "no", "off")
-_ON = ("1", "true", "yes", "on")
 #: torch's C++ collective options (``AllgatherOptions`` ...), not all re-exported by dist.
 _C10D: Any = torch._C._distributed_c10d
-
-
-def _op_code(op: Any) -> int | None:
-    """The kernel's code for ``op`` (AVG runs as SUM, then a division), or None for gloo."""
-    for candidate, code in (
-        (dist.ReduceOp.SUM, 0),
-        (dist.ReduceOp.AVG, 0),
-        (dist.ReduceOp.PRODUCT, 1),
-        (dist.ReduceOp.MIN, 2),
-        (dist.ReduceOp.MAX, 3),
-    ):
-        if op == candidate:
-            return code
-    return None
 
 
 def _gloo_call(gloo: Any, new: str, old: str) -> Any:
@@ -134,8 +128,7 @@ class ShmProcessGroup(dist.ProcessGroup):
             self.shm.reason = "a group of one rank needs no shared memory"
         self.shm.ready = True
         adopt(self, self.shm)  # anyaccel.distributed.all_reduce(group=this) shares the segment
-        if self.shm.reason:
-            logger.info("%s uses gloo for every collective: %s", BACKEND_NAME, self.shm.reason)
+        announce_fallback(self.shm, rank, f"{BACKEND_NAME} runs every collective on gloo,")
 
     # -- set-up and status ------------------------------------------------------------------
     def _gather(self, outputs: list[torch.Tensor], tensor: torch.Tensor) -> None:
@@ -229,24 +222,41 @@ class ShmProcessGroup(dist.ProcessGroup):
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
         opts = _C10D.AllreduceOptions() if opts is None else opts
-        code = _op_code(opts.reduceOp)
-        if code is None or not self._native(tensors) or tensors[0].dtype not in _FLOAT_CODES:
+        op = opts.reduceOp
+        premul = op == dist.ReduceOp.PREMUL_SUM
+        code = 0 if premul else op_code(op)  # PREMUL_SUM: a premultiplied SUM
+        if code is None or not self._native(tensors) or tensors[0].dtype not in DTYPE_CODES:
             self._to_gloo("all_reduce")
-            return self.gloo.allreduce(tensors, opts)
+            if len(tensors) != 1 or not gloo_differs(tensors[0], op):
+                return self.gloo.allreduce(tensors, opts)
+            self._all_reduce_on_gloo(tensors[0], opts)
+            return _completed(tensors)
         target = tensors[0].detach()
-        work = target if target.is_contiguous() else target.contiguous()
+        work = premultiplied(target, op) if premul else None
+        if work is None:
+            work = target if target.is_contiguous() else target.contiguous()
         self._run(
             "all_reduce",
             lambda c: c.all_reduce(
-                work.data_ptr(), work.numel(), _FLOAT_CODES[work.dtype], code,
+                work.data_ptr(), work.numel(), DTYPE_CODES[work.dtype], code,
                 self.shm.timeout, self.shm.threads,
             ),
         )  # fmt: skip
-        if opts.reduceOp == dist.ReduceOp.AVG:
-            work.div_(self.size())
         if work is not target:
             target.copy_(work)
         return _completed(tensors)
+
+    def _all_reduce_on_gloo(self, tensor: torch.Tensor, opts: Any) -> None:
+        """gloo's all_reduce of ``tensor`` under ``opts``, waited for, with every op as on shared
+        memory (``reduction.all_reduce_as_nccl``: AVG, PREMUL_SUM, a NaN that wins MIN/MAX)."""
+
+        def reduce(target: torch.Tensor, op: Any) -> None:
+            options = _C10D.AllreduceOptions()
+            options.reduceOp = op
+            options.timeout = opts.timeout
+            self.gloo.allreduce([target], options).wait()
+
+        all_reduce_as_nccl(tensor, opts.reduceOp, self.size(), reduce)
 
     def _gathered(self, outputs: list[torch.Tensor], tensor: torch.Tensor) -> None:
         """Fill ``outputs`` (contiguous, one per rank, each like ``tensor``) with every rank's."""
@@ -331,28 +341,29 @@ class ShmProcessGroup(dist.ProcessGroup):
 
     def _scattered(self, output: torch.Tensor, source: torch.Tensor, opts: Any) -> bool:
         """Reduce-scatter ``source`` (``size`` parts) into ``output``; False: not native."""
-        code = _op_code(opts.reduceOp)
+        premul = opts.reduceOp == dist.ReduceOp.PREMUL_SUM
+        code = 0 if premul else op_code(opts.reduceOp)  # PREMUL_SUM: a premultiplied SUM
         if (
             code is None
             or not self._native([source])
-            or source.dtype not in _FLOAT_CODES
+            or source.dtype not in DTYPE_CODES
             or output.dtype != source.dtype
             or output.device.type != "cpu"
             or source.numel() != output.numel() * self.size()
         ):
             return False
         source = source.detach().contiguous()
+        if premul:
+            source = premultiplied(source, opts.reduceOp)  # type: ignore[assignment]  # a copy
         target = output.detach()
         work = target if target.is_contiguous() else torch.empty_like(target).contiguous()
         self._run(
             "reduce_scatter",
             lambda c: c.reduce_scatter(
-                source.data_ptr(), work.data_ptr(), work.numel(), _FLOAT_CODES[work.dtype],
+                source.data_ptr(), work.data_ptr(), work.numel(), DTYPE_CODES[work.dtype],
                 code, self.shm.timeout, self.shm.threads,
             ),
         )  # fmt: skip
-        if opts.reduceOp == dist.ReduceOp.AVG:
-            work.div_(self.size())
         if work is not target:
             target.copy_(work)
         return True
@@ -403,23 +414,19 @@ class ShmProcessGroup(dist.ProcessGroup):
 
         gloo's own reduce-scatter is missing (the list form) or ignores the op (every op sums)
         on older torch (2.4 at least), so a fallback that is not a sum would come back wrong;
-        its all_reduce honours every op gloo has. AVG (gloo has none) and shapes that do not
-        split evenly are left to gloo, which refuses them as it does for any caller.
+        its all_reduce honours every op gloo has, and ``_all_reduce_on_gloo`` adds the rest
+        (AVG, PREMUL_SUM). Shapes that do not split evenly are left to gloo, which refuses them
+        as it does for any caller.
         """
-        op = opts.reduceOp
         if (
-            op == dist.ReduceOp.AVG
-            or source.numel() != output.numel() * self.size()
+            source.numel() != output.numel() * self.size()
             or source.device.type != "cpu"
             or output.device.type != "cpu"
             or source.dtype != output.dtype
         ):
             return False
         whole = source.reshape(-1) if owned else source.detach().reshape(-1).clone()
-        options = _C10D.AllreduceOptions()
-        options.reduceOp = op
-        options.timeout = opts.timeout
-        self.gloo.allreduce([whole], options).wait()
+        self._all_reduce_on_gloo(whole, opts)
         part = whole[self.rank() * output.numel() : (self.rank() + 1) * output.numel()]
         output.detach().copy_(part.view(output.shape))
         return True
@@ -531,17 +538,18 @@ def shm_backend_wanted(argument: bool | None = None) -> tuple[bool, str]:
 
     On by default (CPU ranks on one node; the caller checks the node): ``argument``
     (``init_distributed(shm_backend=...)``) decides when given; otherwise :data:`BACKEND_ENV`
-    set to 0/false/no/off keeps gloo, and 1/true/yes/on or unset picks the backend.
+    off (0/false/no/off, any case) keeps gloo, and on (1/true/yes/on) or unset picks the
+    backend. Raises :class:`~anyaccel.errors.InvalidSettingError` naming the value when
+    :data:`BACKEND_ENV` is set to anything else (read even when ``argument`` decides).
     """
+    setting = read_on_off(BACKEND_ENV)
     if argument is not None:
         return argument, f"shm_backend={argument}"
-    value = os.environ.get(BACKEND_ENV, "").strip().lower()
-    if value in _OFF:
+    value = os.environ.get(BACKEND_ENV, "").strip()
+    if setting is False:
         return False, f"{BACKEND_ENV}={value}"
-    if value and value not in _ON:
-        return False, f"{BACKEND_ENV}={value!r} is not one of {', '.join(_ON + _OFF)}"
     if not hasattr(os, "memfd_create"):
         return False, "this platform has no memfd_create (Linux only)"
-    if not value:
+    if setting is None:
         return True, f"the default for CPU ranks on one node; {BACKEND_ENV}=0 keeps gloo"
     return True, f"{BACKEND_ENV}={value}"

@@ -14,18 +14,14 @@ import torch.distributed as dist
 
 from anyaccel.distributed.errors import CollectiveError, DistributedSetupError
 from anyaccel.distributed.shm.group import group_state, resolve_group
+from anyaccel.distributed.shm.reduction import (
+    DTYPE_CODES,
+    OP_CODES,
+    all_reduce_as_nccl,
+    op_code,
+)
 
 __all__ = ["DTYPE_CODES", "OP_CODES", "all_reduce"]
-
-#: dtype -> the kernel's dtype code.
-DTYPE_CODES: dict[torch.dtype, int] = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
-#: ReduceOp -> the kernel's op code (the others go to torch.distributed).
-OP_CODES: dict[Any, int] = {
-    dist.ReduceOp.SUM: 0,
-    dist.ReduceOp.PRODUCT: 1,
-    dist.ReduceOp.MIN: 2,
-    dist.ReduceOp.MAX: 3,
-}
 
 
 def _checked_group(tensor: object, name: str, group: Any | None) -> Any:
@@ -42,8 +38,11 @@ def _checked_group(tensor: object, name: str, group: Any | None) -> Any:
 def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any | None = None) -> None:
     """Reduce ``tensor`` across ``group`` in place, like ``torch.distributed.all_reduce``.
 
-    CPU tensors (fp32, bf16, fp16; SUM, PRODUCT, MIN, MAX) go through shared memory when every
-    rank of the group runs on this node; everything else calls ``torch.distributed.all_reduce``.
+    CPU tensors (fp32, bf16, fp16; SUM, PRODUCT, MIN, MAX, AVG) go through shared memory when
+    every rank of the group runs on this node; everything else calls
+    ``torch.distributed.all_reduce``. MIN and MAX let a NaN from any rank win; AVG is the exact
+    mean (rounded once) of floating tensors and NCCL's truncated mean of integers; PREMUL_SUM
+    multiplies before summing; on the fallback too, for CPU tensors.
     The first call on a group is collective set-up. Threads may call it at once: each call is
     whole, as with gloo. Raises ``CollectiveError`` when a rank dies, stops within the group's
     timeout, or passes a tensor of another size or dtype, or another op (checked for the whole
@@ -55,27 +54,31 @@ def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any | N
         return
     if dist.get_world_size(pg) == 1:
         return
+    code = op_code(op)
     eligible = (
         tensor.device.type == "cpu"
         and tensor.layout == torch.strided
         and tensor.dtype in DTYPE_CODES
-        and op in OP_CODES
+        and code is not None
     )
-    if not eligible:
-        dist.all_reduce(tensor, op=op, group=pg)
+    state = group_state(pg) if eligible else None
+    if state is None or state.communicator is None:
+        if tensor.device.type == "cpu":  # gloo lacks AVG and PREMUL_SUM, its MIN/MAX drop a NaN
+            all_reduce_as_nccl(
+                tensor, op, dist.get_world_size(pg), lambda t, o: dist.all_reduce(t, op=o, group=pg)
+            )
+        else:
+            dist.all_reduce(tensor, op=op, group=pg)
         return
-    state = group_state(pg)
-    if state.communicator is None:
-        dist.all_reduce(tensor, op=op, group=pg)
-        return
+    communicator = state.communicator
     # Written through raw memory, as torch.distributed does: never an autograd in-place op
     # (a view of a parameter that requires grad is reduced, not refused).
     target = tensor.detach()
     work = target if target.is_contiguous() else target.contiguous()
     try:
         with state.lock:
-            state.communicator.all_reduce(
-                work.data_ptr(), work.numel(), DTYPE_CODES[work.dtype], OP_CODES[op],
+            communicator.all_reduce(
+                work.data_ptr(), work.numel(), DTYPE_CODES[work.dtype], code,
                 state.timeout, state.threads,
             )  # fmt: skip
     except (RuntimeError, ValueError) as exc:

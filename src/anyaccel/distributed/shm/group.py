@@ -29,8 +29,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from anyaccel.errors import InvalidSettingError
 from anyaccel.forksafe import ForkSafeLock, native_threads
 from anyaccel.ops.errors import UntrustedCacheError
+from anyaccel.settings import read_on_off
 
 __all__ = [
     "RELEASE_WAIT",
@@ -39,6 +41,7 @@ __all__ = [
     "SLOT_BYTES",
     "ShmGroup",
     "adopt",
+    "announce_fallback",
     "group_state",
     "load_kernel",
     "resolve_group",
@@ -49,7 +52,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Set to 0 to always use ``torch.distributed``'s collectives.
+#: Set to 0 (or false/no/off) to always use ``torch.distributed``'s collectives.
 SHM_ENV = "ANYACCEL_SHM_ALLREDUCE"
 #: Bytes per rank per slot (at most; large groups get smaller slots, see ``slot_bytes``).
 SLOT_BYTES = 4 << 20
@@ -71,6 +74,9 @@ class ShmGroup:
     ready: bool = False
     communicator: Any | None = None
     reason: str = _NOT_SET_UP
+    #: Whether ``reason`` is a failure (no kernel, no segment) rather than a choice (a
+    #: variable, a group spanning nodes): a failure is announced at WARNING.
+    failed: bool = False
     timeout: float = _DEFAULT_TIMEOUT.total_seconds()
     threads: int = 1
     #: The tensors set-up passed to gloo, held until every gloo worker has let go of them (then
@@ -132,20 +138,47 @@ def load_kernel() -> ModuleType:
     return ShareMemCommBuilder().load()
 
 
-def _local_problem() -> str:
-    """Why this process cannot use shared memory at all ("" when it can)."""
-    if os.environ.get(SHM_ENV, "1").strip() in ("0", "false", "no", "off"):
-        return f"disabled by {SHM_ENV}"
+def _local_problem() -> tuple[str, bool]:
+    """Why this process cannot use shared memory ("" when it can), and whether that is a failure.
+
+    Raises :class:`InvalidSettingError` when :data:`SHM_ENV` is not an on/off value.
+    """
+    if read_on_off(SHM_ENV) is False:
+        return f"disabled by {SHM_ENV}", False
     if not hasattr(os, "memfd_create"):
-        return "this platform has no memfd_create (Linux only)"
+        return "this platform has no memfd_create (Linux only)", True
     try:
         load_kernel()
     except UntrustedCacheError as exc:  # never quietly: the cache may hold another user's code
         logger.warning("anyaccel_shm: %s; this group's collectives use torch.distributed", exc)
-        return f"the shared-memory op is unavailable ({exc})"
+        return f"the shared-memory op is unavailable ({exc})", True
     except Exception as exc:  # a build or load failure only means: use torch.distributed
-        return f"the shared-memory op is unavailable ({exc})"
-    return ""
+        return f"the shared-memory op is unavailable ({exc})", True
+    return "", False
+
+
+#: Whether this process has warned that a group fell back to gloo after a failure.
+_warned_failure = False
+
+
+def announce_fallback(state: ShmGroup, rank: int, what: str) -> None:
+    """Log why a group runs ``what`` without shared memory: at WARNING once per process for a
+    failure (on the group's rank 0, so once per job for the default group), else at INFO.
+    """
+    global _warned_failure
+    if not state.reason:
+        return
+    with _lock:
+        warn = state.failed and rank == 0 and not _warned_failure
+        _warned_failure = _warned_failure or warn
+    if warn:
+        logger.warning(
+            "%s without shared memory, which is slower: %s (set %s=0 to choose this and "
+            "silence the warning)",
+            what, state.reason, SHM_ENV,
+        )  # fmt: skip
+    else:
+        logger.info("%s without shared memory: %s", what, state.reason)
 
 
 def slot_bytes(world_size: int) -> int:
@@ -244,14 +277,22 @@ def set_up_segment(gather: Gather, size: int, me: int, state: ShmGroup) -> None:
 def _set_up_segment(gather: Gather, size: int, me: int, state: ShmGroup) -> None:
     """``set_up_segment`` itself (its tensors gathered into ``state.kept``)."""
     state.threads = _kernel_threads(size)
-    problem = _local_problem()
+    try:
+        problem, failed = _local_problem()
+        invalid = ""
+    except InvalidSettingError as exc:  # told to every rank, so that none waits for this one
+        problem, failed, invalid = str(exc), True, str(exc)
     kept = state.kept
-    views = _all_gather_json((_node_identity(), problem), gather, size, kept)
-    problems = sorted({p for _, p in views if p})
+    views = _all_gather_json((_node_identity(), problem, failed, invalid), gather, size, kept)
+    settings = [f"rank {rank}: {error}" for rank, (*_, error) in enumerate(views) if error]
+    if settings:
+        raise InvalidSettingError("; ".join(settings))
+    problems = sorted({p for _, p, _, _ in views if p})
     if problems:
         state.reason = "; ".join(problems)
+        state.failed = any(f for _, p, f, _ in views if p)
         return
-    if len({node for node, _ in views}) > 1:
+    if len({view[0] for view in views}) > 1:
         state.reason = "the group's ranks run on more than one node"
         return
 
@@ -288,7 +329,7 @@ def _set_up_segment(gather: Gather, size: int, me: int, state: ShmGroup) -> None
     if failures:
         if communicator is not None:
             communicator.close()
-        state.reason = "; ".join(failures)
+        state.reason, state.failed = "; ".join(failures), True
         return
     communicator.set_peer_pids([pid for _, pid in results])
     state.communicator, state.reason = communicator, ""
@@ -346,8 +387,7 @@ def group_state(group: Any) -> ShmGroup:
         if not state.ready:
             _set_up(group, state)  # raises as torch.distributed does; the next call retries
             state.ready = True
-            if state.reason:
-                logger.info("collectives on this group use torch.distributed: %s", state.reason)
+            announce_fallback(state, dist.get_rank(group), "collectives on this group run")
     return state
 
 

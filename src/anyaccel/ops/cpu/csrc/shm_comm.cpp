@@ -64,7 +64,12 @@ constexpr uint64_t kMagic = 0x616e7973686d3032ull;  // "anyshm02"
 constexpr int kSlots = 2;
 
 enum class DType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
-enum class Op : int { kSum = 0, kProduct = 1, kMin = 2, kMax = 3 };
+// kAvg sums in double and divides there before rounding to the tensor's dtype (a mean that fits
+// is exact even where the dtype's or fp32's sum would overflow). kMin and kMax let
+// a NaN from any rank win, as torch.minimum/maximum do; between equal values (-0.0 and +0.0)
+// the lower rank's wins, as folding torch.minimum over the ranks in order does.
+enum class Op : int { kSum = 0, kProduct = 1, kMin = 2, kMax = 3, kAvg = 4 };
+constexpr int32_t kOps = 5;
 
 // What a round's `op` field holds besides the all-reduce ops: which collective (and its
 // reduce op or root), so ranks that call different collectives find out like a size mismatch.
@@ -109,19 +114,20 @@ inline std::string op_name(int32_t code) {
     case 1: return "PRODUCT";
     case 2: return "MIN";
     case 3: return "MAX";
+    case 4: return "AVG";
     default: break;
   }
   if (code == kAllGather) return "all_gather";
-  if (code >= kReduceScatter && code < kReduceScatter + 4)
+  if (code >= kReduceScatter && code < kReduceScatter + kOps)
     return "reduce_scatter " + op_name(code - kReduceScatter);
   if (code >= kBroadcast) return "broadcast from rank " + std::to_string(code - kBroadcast);
   return "unknown op";
 }
 
 inline const char* collective_name(int32_t op) {
-  if (op >= 0 && op < 4) return "all_reduce";
+  if (op >= 0 && op < kOps) return "all_reduce";
   if (op == kAllGather) return "all_gather";
-  if (op >= kReduceScatter && op < kReduceScatter + 4) return "reduce_scatter";
+  if (op >= kReduceScatter && op < kReduceScatter + kOps) return "reduce_scatter";
   return "broadcast";
 }
 
@@ -150,12 +156,13 @@ inline float fp16_to_float(uint16_t half) {
   return value;
 }
 
+// `a` (the ranks before) combined with `b` (the next rank). b != b: b is a NaN.
 template <Op kOp>
 inline float combine(float a, float b) {
   if constexpr (kOp == Op::kSum) return a + b;
   if constexpr (kOp == Op::kProduct) return a * b;
-  if constexpr (kOp == Op::kMin) return b < a ? b : a;
-  return b > a ? b : a;
+  if constexpr (kOp == Op::kMin) return (b < a || b != b) ? b : a;
+  return (b > a || b != b) ? b : a;
 }
 
 // out[i] = slots[0][i] (op) slots[1][i] (op) ... in rank order, for n elements.
@@ -175,6 +182,43 @@ void reduce_float(float* __restrict out, const std::vector<const char*>& slots, 
     const float* sr = reinterpret_cast<const float*>(slots[r]);
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i) out[i] = combine<kOp>(out[i], sr[i]);
+  }
+}
+
+template <DType kType>
+inline float load(const char* base, int64_t i) {
+  if constexpr (kType == DType::kFloat32) return reinterpret_cast<const float*>(base)[i];
+  const uint16_t bits = reinterpret_cast<const uint16_t*>(base)[i];
+  return kType == DType::kBFloat16 ? bf16_to_float(bits) : fp16_to_float(bits);
+}
+
+template <DType kType>
+inline void store(char* base, int64_t i, float value) {
+  if constexpr (kType == DType::kFloat32) {
+    reinterpret_cast<float*>(base)[i] = value;
+  } else {
+    reinterpret_cast<uint16_t*>(base)[i] =
+        kType == DType::kBFloat16 ? float_to_bf16(value) : float_to_fp16(value);
+  }
+}
+
+// The mean over ranks: summed in double in rank order, divided there, then rounded to float and
+// to the dtype (as torch converts a double), so a mean that fits is exact even where the sum
+// would overflow the dtype or fp32.
+template <DType kType>
+void reduce_mean(char* out, const std::vector<const char*>& slots, int64_t begin, int64_t end) {
+  constexpr int64_t kBlock = 512;
+  double acc[kBlock];
+  const double ranks = double(slots.size());
+  for (int64_t start = begin; start < end; start += kBlock) {
+    const int64_t count = std::min(kBlock, end - start);
+#pragma omp simd
+    for (int64_t i = 0; i < count; ++i) acc[i] = double(load<kType>(slots[0], start + i));
+    for (size_t r = 1; r < slots.size(); ++r) {
+#pragma omp simd
+      for (int64_t i = 0; i < count; ++i) acc[i] += double(load<kType>(slots[r], start + i));
+    }
+    for (int64_t i = 0; i < count; ++i) store<kType>(out, start + i, float(acc[i] / ranks));
   }
 }
 
@@ -225,6 +269,12 @@ void reduce(Op op, DType dtype, char* out, const std::vector<const char*>& slots
     case Op::kProduct: return reduce_dispatch_type<Op::kProduct>(dtype, out, slots, begin, end);
     case Op::kMin: return reduce_dispatch_type<Op::kMin>(dtype, out, slots, begin, end);
     case Op::kMax: return reduce_dispatch_type<Op::kMax>(dtype, out, slots, begin, end);
+    case Op::kAvg:
+      switch (dtype) {
+        case DType::kFloat32: return reduce_mean<DType::kFloat32>(out, slots, begin, end);
+        case DType::kBFloat16: return reduce_mean<DType::kBFloat16>(out, slots, begin, end);
+        case DType::kFloat16: return reduce_mean<DType::kFloat16>(out, slots, begin, end);
+      }
   }
 }
 
@@ -310,7 +360,7 @@ class Communicator {
   void all_reduce(uintptr_t address, int64_t numel, int dtype_code, int op_code, double timeout,
                   int threads) {
     check_usable();
-    if (dtype_code < 0 || dtype_code > 2 || op_code < 0 || op_code > 3 || numel < 0) {
+    if (dtype_code < 0 || dtype_code > 2 || op_code < 0 || op_code >= kOps || numel < 0) {
       throw std::invalid_argument("all_reduce: unknown dtype or op code, or negative size");
     }
     const DType dtype = DType(dtype_code);
@@ -376,7 +426,7 @@ class Communicator {
   void reduce_scatter(uintptr_t in, uintptr_t out, int64_t numel, int dtype_code, int op_code,
                       double timeout, int threads) {
     check_usable();
-    if (dtype_code < 0 || dtype_code > 2 || op_code < 0 || op_code > 3 || numel < 0) {
+    if (dtype_code < 0 || dtype_code > 2 || op_code < 0 || op_code >= kOps || numel < 0) {
       throw std::invalid_argument("reduce_scatter: unknown dtype or op code, or negative size");
     }
     const DType dtype = DType(dtype_code);

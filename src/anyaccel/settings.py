@@ -1,0 +1,43 @@
+"""anyaccel's on/off environment variables, read one way everywhere.
+
+Every ``ANYACCEL_*`` variable that turns something on or off is read by :func:`read_on_off`:
+``1``/``0``, ``true``/``false``, ``yes``/``no``, ``on``/``off`` in any case, surrounding
+spaces ignored; unset or empty means "not set" (the caller's default). Any other value is an
+:class:`~anyaccel.errors.InvalidSettingError` naming the variable, the value and the accepted
+spellings, never a silent default.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from anyaccel.errors import InvalidSettingError
+
+__all__ = ["OFF_VALUES", "ON_VALUES", "read_on_off"]
+
+#: The spellings that turn a variable on (compared in lower case).
+ON_VALUES: tuple[str, ...] = ("1", "true", "yes", "on")
+#: The spellings that turn a variable off (compared in lower case).
+OFF_VALUES: tuple[str, ...] = ("0", "false", "no", "off")
+
+
+def read_on_off(name: str, environ: Mapping[str, str] | None = None) -> bool | None:
+    """Whether on/off variable ``name`` is on; None when it is unset or empty.
+
+    Reads ``environ`` (``os.environ`` by default). Raises :class:`InvalidSettingError` naming
+    the variable, its value and the accepted spellings when it is set to anything else.
+    """
+    raw = (os.environ if environ is None else environ).get(name, "")
+    value = raw.strip().lower()
+    if not value:
+        return None
+    if value in ON_VALUES:
+        return True
+    if value in OFF_VALUES:
+        return False
+    raise InvalidSettingError(
+        f"{name}={raw!r} is not an on/off value: set it to one of "
+        f"{'/'.join(ON_VALUES)} (on) or {'/'.join(OFF_VALUES)} (off), in any case, "
+        "or unset it for the default"
+    )
