@@ -1,7 +1,10 @@
 """cpu: the host processor, and the fallback when no accelerator is found.
 
 Runtime: torch itself. Collectives: ``ccl`` when ``oneccl_bindings_for_pytorch`` imports,
-else ``gloo``. Device strings are always ``'cpu'``: an index is a local rank, not a device.
+else ``anyaccel_shm`` (shared memory on one node, gloo inside for the rest; registered with
+``torch.distributed`` when asked) unless ``ANYACCEL_SHM_BACKEND=0``, the ranks span nodes or
+the platform lacks it, then ``gloo``. Device strings are always ``'cpu'``: an index is a
+local rank, not a device.
 The device count is ``LOCAL_SIZE`` or the number of NUMA nodes, read once. Memory figures
 are the process's resident set and the operating system's (cgroup-limited) memory.
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib
 import os
 import re
 from pathlib import Path
@@ -23,6 +27,9 @@ from anyaccel.probe import ProbeOutcome, package_installed
 __all__ = ["CpuAccelerator", "numa_node_count", "probe"]
 
 _NODE_DIR = Path("/sys/devices/system/node")
+#: Decides gloo or anyaccel_shm and registers the latter: named, not imported, because a
+#: backend never imports ``anyaccel.distributed`` (docs/architecture.md); resolved only here.
+CPU_COLLECTIVES = "anyaccel.distributed.shm.backend:cpu_backend_name"
 
 
 def probe() -> ProbeOutcome:
@@ -86,7 +93,8 @@ class CpuAccelerator(Accelerator):
     visible_devices_env_names = ("CUDA_VISIBLE_DEVICES",)
     export_env_prefixes = ()
 
-    #: ``ccl`` where oneCCL's bindings import, else ``gloo`` (a subclass's own value wins).
+    #: ``ccl`` where oneCCL's bindings import, else ``gloo`` (a subclass's own value wins);
+    #: ``communication_backend_name()`` answers ``anyaccel_shm`` for ``gloo`` where it applies.
     _communication_backend_name: InstanceDefault[str] = InstanceDefault(
         lambda self: "ccl" if ccl_backend_available() else "gloo"
     )
@@ -144,6 +152,20 @@ class CpuAccelerator(Accelerator):
     def is_available(self) -> bool:
         """Always true."""
         return True
+
+    def communication_backend_name(self) -> str:
+        """``ccl`` with oneCCL; else ``anyaccel_shm`` (registered now) where it applies, or gloo.
+
+        Where it applies: ``ANYACCEL_SHM_BACKEND`` not 0, a Linux ``memfd_create``, ranks on
+        one node (the launcher's variables) and a torch that registers backends; raises
+        ``InvalidSettingError`` naming a bad ``ANYACCEL_SHM_BACKEND``.
+        """
+        native = self._communication_backend_name
+        if native != "gloo":
+            return native
+        module, _, attribute = CPU_COLLECTIVES.partition(":")
+        name: str = getattr(importlib.import_module(module), attribute)()
+        return name
 
     # ------------------------------------------------------------------ RNG
     def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> None:

@@ -494,11 +494,10 @@ def install(accelerator: Accelerator | None = None) -> Installation:
                     f"transformers' TrainingArguments will still pick {after.device!r} by "
                     f"{after.how}, not anyaccel's {plan.device!r}: {fix}."
                 )
-        if plan.expected.backend == "gloo":
-            # accelerate's MULTI_CPU runs DDP on gloo: see anyaccel.distributed.exit_grace
-            from anyaccel.distributed.exit_grace import install_exit_grace
+        # accelerate's MULTI_CPU runs DDP on gloo: see anyaccel.distributed.exit_grace
+        from anyaccel.distributed.exit_grace import pause_for_backend
 
-            install_exit_grace()  # a malformed ANYACCEL_EXIT_GRACE is refused before any change
+        pause_for_backend(plan.expected.backend or "")  # a bad ANYACCEL_EXIT_GRACE: refused now
         if current is not None:  # every check passed: only now is the earlier one undone
             uninstall()
         previous = {name: os.environ.get(name) for name in plan.environment}
