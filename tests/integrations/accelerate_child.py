@@ -19,6 +19,12 @@ from typing import Any
 warnings.simplefilter("ignore")
 
 
+def _group_backend() -> str | None:
+    import torch.distributed as dist
+
+    return dist.get_backend() if dist.is_initialized() else None
+
+
 def _state() -> dict[str, Any]:
     from accelerate.state import PartialState
 
@@ -28,6 +34,7 @@ def _state() -> dict[str, Any]:
         "num_processes": shared["num_processes"],
         "process_index": shared["process_index"],
         "backend": shared["backend"],
+        "group_backend": _group_backend(),
         "device": str(shared["device"]),
     }
 
