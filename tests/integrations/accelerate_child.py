@@ -45,11 +45,14 @@ def _run_script(name: str) -> dict[str, Any]:
     One script per job: both end by destroying the process group, and a second
     ``init_process_group`` in the same torchrun job can hang on torchrun's store.
     """
+    from accelerate.state import PartialState
     from accelerate.test_utils.scripts import test_ops, test_script
 
+    PartialState()  # the state the script's Accelerator shares: read its group before the end
+    group = _group_backend()
     (test_ops if name == "ops" else test_script).main()
     print(f"=== {name} passed", flush=True)
-    return {name: _state()}
+    return {name: {**_state(), "group_backend": group}}
 
 
 def _train() -> dict[str, Any]:

@@ -447,8 +447,8 @@ def _patch_partial_state_cpu() -> None:
     def __init__(self: Any, cpu: bool = False, **kwargs: Any) -> None:
         _join_on_the_cpus_backend(kwargs)
         original(self, True, **kwargs)  # anyaccel chose the CPU: see install()
-        if _installation is not None and self.backend == "gloo" and _installation.backend:
-            self.backend = _installation.backend  # the group's real backend: anyaccel_shm
+        if self.backend == "gloo" and _group_backend() not in (None, "gloo"):
+            self.backend = _group_backend()  # the group's real backend: anyaccel_shm
 
     _original_init = original
     partial_state.__init__ = __init__
@@ -471,6 +471,13 @@ def _join_on_the_cpus_backend(kwargs: Mapping[str, Any]) -> None:
 
     if not dist.is_initialized():
         init_distributed(backend=plan.backend, timeout=kwargs.get("timeout"), set_device=False)
+
+
+def _group_backend() -> str | None:
+    """The default process group's backend, None without one."""
+    import torch.distributed as dist
+
+    return str(dist.get_backend()) if dist.is_available() and dist.is_initialized() else None
 
 
 def _unpatch_partial_state() -> None:
