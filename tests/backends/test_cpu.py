@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -416,3 +417,28 @@ def test_op_builder_lookups(acc: CpuAccelerator) -> None:
 def test_tensor_types_take_sizes_and_answer_isinstance(acc: CpuAccelerator) -> None:
     assert acc.FloatTensor(2).shape == (2,)
     assert isinstance(acc.FloatTensor([1.0]), acc.FloatTensor)
+
+
+def test_a_subclass_that_names_its_backend_keeps_it_and_one_that_does_not_gets_anyaccel_shm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ANYACCEL_SHM_BACKEND", raising=False)
+
+    class Named(CpuAccelerator):
+        def __init__(self) -> None:
+            super().__init__()
+            self._communication_backend_name = "gloo"  # a board's own choice, as DeepSpeed's
+
+    class Declared(CpuAccelerator):
+        _communication_backend_name = "gloo"
+
+    class Plain(CpuAccelerator):
+        pass
+
+    assert Named().communication_backend_name() == "gloo"
+    assert Declared().communication_backend_name() == "gloo"
+    assert Plain().communication_backend_name() == "anyaccel_shm"
+    # an accelerator sent to a spawned rank (Lightning pickles its strategy) still asks
+    sent = pickle.loads(pickle.dumps(CpuAccelerator()))
+    assert sent._communication_backend_name == "gloo"
+    assert sent.communication_backend_name() == "anyaccel_shm"

@@ -167,7 +167,7 @@ def test_accelerates_test_script_passes_on_two_multi_cpu_ranks(jobs: Jobs) -> No
         assert result["installed_distributed_type"] == "MULTI_CPU"
         # the script prints its AcceleratorState on every rank
         assert (
-            "Distributed environment: DistributedType.MULTI_CPU  Backend: gloo\n"
+            "Distributed environment: DistributedType.MULTI_CPU  Backend: anyaccel_shm\n"
             f"Num processes: 2\nProcess index: {rank}\n"
         ) in output
     assert "**Training integration test**" in ranks[0][0]

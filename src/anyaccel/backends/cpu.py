@@ -24,7 +24,7 @@ import torch
 from anyaccel.abstract import Accelerator, InstanceDefault
 from anyaccel.probe import ProbeOutcome, package_installed
 
-__all__ = ["CpuAccelerator", "numa_node_count", "probe"]
+__all__ = ["CpuAccelerator", "DefaultGloo", "numa_node_count", "probe"]
 
 _NODE_DIR = Path("/sys/devices/system/node")
 #: Decides gloo or anyaccel_shm and registers the latter: named, not imported, because a
@@ -85,6 +85,16 @@ def _cgroup_memory_limit() -> int | None:
     return None
 
 
+class DefaultGloo(str):
+    """``"gloo"`` as :class:`CpuAccelerator`'s own default, told apart from a subclass's "gloo".
+
+    Only this value is replaced by the fast backend's decision; it equals ``"gloo"`` and
+    pickles as itself (an accelerator sent to a spawned rank keeps it).
+    """
+
+    __slots__ = ()
+
+
 class CpuAccelerator(Accelerator):
     """The host CPU as an accelerator: synchronous, one memory, ranks as device indices."""
 
@@ -94,9 +104,10 @@ class CpuAccelerator(Accelerator):
     export_env_prefixes = ()
 
     #: ``ccl`` where oneCCL's bindings import, else ``gloo`` (a subclass's own value wins);
-    #: ``communication_backend_name()`` answers ``anyaccel_shm`` for ``gloo`` where it applies.
+    #: ``communication_backend_name()`` answers ``anyaccel_shm`` for this ``gloo`` where it
+    #: applies.
     _communication_backend_name: InstanceDefault[str] = InstanceDefault(
-        lambda self: "ccl" if ccl_backend_available() else "gloo"
+        lambda self: "ccl" if ccl_backend_available() else DefaultGloo("gloo")
     )
     #: ``LOCAL_SIZE`` or the NUMA node count, read once (after construction without ``__init__``).
     _device_count: InstanceDefault[int] = InstanceDefault(
@@ -156,12 +167,14 @@ class CpuAccelerator(Accelerator):
     def communication_backend_name(self) -> str:
         """``ccl`` with oneCCL; else ``anyaccel_shm`` (registered now) where it applies, or gloo.
 
+        A subclass's own ``_communication_backend_name`` is answered as it is.
+
         Where it applies: ``ANYACCEL_SHM_BACKEND`` not 0, a Linux ``memfd_create``, ranks on
         one node (the launcher's variables) and a torch that registers backends; raises
         ``InvalidSettingError`` naming a bad ``ANYACCEL_SHM_BACKEND``.
         """
         native = self._communication_backend_name
-        if native != "gloo":
+        if type(native) is not DefaultGloo:  # ccl, or a subclass's own value
             return native
         module, _, attribute = CPU_COLLECTIVES.partition(":")
         name: str = getattr(importlib.import_module(module), attribute)()
