@@ -442,3 +442,26 @@ def test_a_subclass_that_names_its_backend_keeps_it_and_one_that_does_not_gets_a
     sent = pickle.loads(pickle.dumps(CpuAccelerator()))
     assert sent._communication_backend_name == "gloo"
     assert sent.communication_backend_name() == "anyaccel_shm"
+
+
+def test_threads_asking_at_once_register_the_backend_once() -> None:
+    # torch refuses a second registration of one name: the first askers race for it here
+    script = (
+        "import threading, anyaccel\n"
+        "acc = anyaccel.get_accelerator()\n"
+        "names, go = [], threading.Barrier(8)\n"
+        "def ask():\n"
+        "    go.wait()\n"
+        "    names.append(acc.communication_backend_name())\n"
+        "threads = [threading.Thread(target=ask) for _ in range(8)]\n"
+        "[t.start() for t in threads]\n"
+        "[t.join() for t in threads]\n"
+        "print(sorted(set(names)), len(names))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYACCEL_SHM_BACKEND", "WORLD_SIZE")}
+    env.update(DS_ACCELERATOR="cpu")
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['anyaccel_shm'] 8"
