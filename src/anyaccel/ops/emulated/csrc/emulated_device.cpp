@@ -967,6 +967,32 @@ void register_autocast() {
 }
 
 // ------------------------------------------------------------------------------------------
+// Structured ops: the CPU's own functional and in-place kernels, not the out= composite
+// ------------------------------------------------------------------------------------------
+
+// A structured op reaches a backend without its own kernels through a composite that makes the
+// output from the meta function and calls the out= kernel; some CPU out= kernels then resize
+// that output (warning that resizing a non-empty out= is deprecated). Routing the functional
+// and in-place variants to the fallback runs exactly the CPU's kernels, as on the CPU.
+void route_structured_ops() {
+  static std::unique_ptr<torch::Library> library;
+  c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
+  library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                             c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    const std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
+    if (!op.has_value() || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
+      continue;
+    }
+    const std::string full = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+    library->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&device_fallback>());
+  }
+}
+
+// ------------------------------------------------------------------------------------------
 // Configuration and the Python face
 // ------------------------------------------------------------------------------------------
 
@@ -991,6 +1017,7 @@ void configure(int64_t device_count, int64_t capacity) {
   std::call_once(g_hooks_once, [] {
     at::RegisterPrivateUse1HooksInterface(new DeviceHooks());
     register_autocast();
+    route_structured_ops();
   });
   g_device_count.store(static_cast<int>(device_count));
 }
