@@ -16,6 +16,7 @@ from typing import Any
 
 from anyaccel.abstract import Accelerator
 from anyaccel.backends.torch_module import TorchModuleAccelerator
+from anyaccel.ops.emulated.core import installed_spec
 from anyaccel.ops.emulated.settings import EMULATED_ENV, EmulatedSpec, spec_from_environment
 from anyaccel.probe import FORCE_ENV, ProbeOutcome, forced_name
 
@@ -28,7 +29,15 @@ NAME = "emulated"
 
 
 def probe() -> ProbeOutcome:
-    """Available only when ``DS_ACCELERATOR=emulated`` asks for it (and its settings are valid)."""
+    """Available only when asked for: ``DS_ACCELERATOR=emulated`` (with valid settings), or
+    ``install()`` already made the devices in this process."""
+    installed = installed_spec()
+    if forced_name() != NAME and installed is not None:
+        return ProbeOutcome.found(
+            f"{installed.device_count} emulated {installed.device_type!r} device(s), installed "
+            "in this process",
+            installed.device_count,
+        )
     if forced_name() != NAME:
         return ProbeOutcome.no_device(
             f"emulated devices are used only when asked for ({FORCE_ENV}={NAME})",
@@ -76,7 +85,9 @@ class EmulatedAccelerator(TorchModuleAccelerator):
     profiler_module_name = None
 
     def __init__(self, spec: EmulatedSpec | None = None) -> None:
-        self._spec = spec if spec is not None else spec_from_environment()
+        if spec is None:  # the devices this process installed, else those ANYACCEL_EMULATED names
+            spec = installed_spec() or spec_from_environment()
+        self._spec = spec
         self._name = self._spec.device_type
         self.device_module_name = self._spec.device_type  # type: ignore[misc]
         self._communication_backend_name = _communication_backend(self._spec.device_type)

@@ -148,3 +148,16 @@ def test_detection_never_chooses_the_emulated_device_on_its_own() -> None:
         {"ANYACCEL_EMULATED": "emu:2"},
     )
     assert out.split()[-1] == "cpu"
+
+
+def test_after_install_get_accelerator_chooses_the_emulated_accelerator() -> None:
+    out = _run(
+        """
+        import anyaccel
+        from anyaccel.testing.emulated import install
+        install("emu", 2)
+        accelerator = anyaccel.get_accelerator()
+        print(type(accelerator).__name__, accelerator.communication_backend_name())
+        """
+    )
+    assert out.split() == ["EmulatedAccelerator", "emuccl"]

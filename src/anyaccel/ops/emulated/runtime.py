@@ -11,7 +11,13 @@ import threading
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from anyaccel.ops.emulated.core import EmulatedDeviceError, native, set_native
+from anyaccel.ops.emulated.core import (
+    EmulatedDeviceError,
+    installed_spec,
+    native,
+    set_installed,
+    set_native,
+)
 from anyaccel.ops.emulated.settings import EmulatedSpec
 
 if TYPE_CHECKING:
@@ -32,7 +38,6 @@ __all__ = [
 MINIMUM_TORCH = (2, 13)
 
 _lock = threading.Lock()
-_installed: EmulatedSpec | None = None
 
 
 def _torch_version() -> tuple[int, int]:
@@ -40,11 +45,6 @@ def _torch_version() -> tuple[int, int]:
 
     major, minor = (int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
     return major, minor
-
-
-def installed_spec() -> EmulatedSpec | None:
-    """The spec this process installed, or ``None`` before ``install``."""
-    return _installed
 
 
 def _check_privateuse1_free(device_type: str) -> None:
@@ -72,12 +72,12 @@ def install(spec: EmulatedSpec) -> ModuleType:
     ``MINIMUM_TORCH``, when PrivateUse1 already belongs to another name, or when this process
     installed a different spec; the native build's ``OpError`` when it cannot be built.
     """
-    global _installed
     with _lock:
-        if _installed is not None:
-            if _installed != spec:
+        installed = installed_spec()
+        if installed is not None:
+            if installed != spec:
                 raise EmulatedDeviceError(
-                    f"this process already installed the emulated device as {_installed}; it "
+                    f"this process already installed the emulated device as {installed}; it "
                     f"cannot also be {spec} (torch names PrivateUse1 once per process): run "
                     "the other configuration in its own process"
                 )
@@ -102,7 +102,7 @@ def install(spec: EmulatedSpec) -> ModuleType:
         loaded.configure(spec.device_count, capacity)
         set_native(loaded)
         module = _register_torch_names(spec)
-        _installed = spec
+        set_installed(spec)
         return module
 
 
@@ -147,7 +147,8 @@ def device_tensor_from_host(host: torch.Tensor, device: torch.device | str | int
     else:
         resolved = torch.device(device)
         native()
-        if _installed is None or resolved.type != _installed.device_type:
+        installed = installed_spec()
+        if installed is None or resolved.type != installed.device_type:
             raise EmulatedDeviceError(
                 f"device_tensor_from_host needs a device of the emulated type, got {device!r}"
             )
