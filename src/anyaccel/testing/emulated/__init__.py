@@ -1,0 +1,1 @@
+"""The emulated accelerator: a real PrivateUse1 device on host memory (see ``install``)."""
