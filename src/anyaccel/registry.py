@@ -72,6 +72,8 @@ BUILTIN_CANDIDATES: tuple[BackendCandidate, ...] = (
     _builtin("klxpu", "klxpu (torch_xmlir)", 880, "klxpu", "KlxpuAccelerator"),
     _builtin("cuda", "cuda (torch CUDA/ROCm build)", 900, "cuda", "CudaAccelerator"),
     _builtin("generic", "generic (torch.accelerator)", 950, "generic", "GenericAccelerator"),
+    # chosen only when DS_ACCELERATOR=emulated asks for it (its probe says so otherwise)
+    _builtin("emulated", "emulated (host memory)", 960, "emulated", "EmulatedAccelerator"),
     _builtin("cpu", "cpu (fallback)", 10_000, "cpu", "CpuAccelerator"),
 )
 
