@@ -13,35 +13,16 @@ import textwrap
 import pytest
 import torch.distributed as dist
 
+from anyaccel.distributed import emulated
 from anyaccel.distributed.errors import DistributedSetupError
-from anyaccel.testing.emulated import collectives
-from anyaccel.testing.emulated.collectives import (
-    DEFAULT_BACKEND_NAME,
-    collective_backend_name,
-    register_collectives,
-    registered_collectives,
-)
+from anyaccel.ops.emulated.collectives import register_collectives, registered_collectives
+from anyaccel.ops.emulated.core import EmulatedDeviceError
 
 from .ranks import finish, multiprocess, start_ranks
 
 
-@pytest.mark.parametrize(
-    ("device_type", "name"),
-    [("npu", "hccl"), ("mlu", "cncl"), ("sdaa", "tccl"), ("musa", "mccl"), ("emu", "emuccl")],
-)
-def test_the_backend_takes_the_vendors_name_where_it_stands_in_for_one(
-    device_type: str, name: str
-) -> None:
-    assert collective_backend_name(device_type) == name
-
-
-def test_a_vendor_whose_backend_is_torchs_own_gets_the_default_name() -> None:
-    # torch_xmlir serves "nccl" for klxpu: a plugin cannot be named nccl
-    assert collective_backend_name("klxpu") == DEFAULT_BACKEND_NAME
-
-
 def test_registering_is_idempotent_and_maps_the_device_type() -> None:
-    name = register_collectives("emukit", "emukitccl")
+    name = register_collectives("emukit", "EmuKitCCL")
     assert name == "emukitccl"
     assert register_collectives("emukit", "emukitccl") == name
     assert registered_collectives()["emukitccl"] == "emukit"
@@ -52,21 +33,21 @@ def test_registering_is_idempotent_and_maps_the_device_type() -> None:
 
 def test_a_name_taken_by_another_device_type_is_refused_by_name() -> None:
     register_collectives("emukit2", "emukit2ccl")
-    with pytest.raises(DistributedSetupError, match=r"'emukit2ccl'.*'emukit2'.*name="):
+    with pytest.raises(EmulatedDeviceError, match=r"'emukit2ccl'.*'emukit2' device.*'emukit3'"):
         register_collectives("emukit3", "emukit2ccl")
 
 
 def test_a_name_another_package_registered_is_refused() -> None:
-    # anyaccel_shm is registered by anyaccel.distributed, for CPU tensors
-    import anyaccel.distributed  # noqa: F401
+    import anyaccel.distributed  # noqa: F401  (registers anyaccel_shm, for CPU tensors)
 
-    with pytest.raises(DistributedSetupError, match=r"'anyaccel_shm'.*another package"):
+    with pytest.raises(EmulatedDeviceError, match=r"'anyaccel_shm'.*another package"):
         register_collectives("emukit4", "anyaccel_shm")
 
 
 def test_torchs_own_backend_names_are_refused() -> None:
-    with pytest.raises(DistributedSetupError, match=r"'nccl' is one of torch's own.*'emuccl'"):
-        register_collectives("emukit5", "nccl")
+    # klxpu's data sheet says nccl (torch_xmlir serves it): torch builds nccl itself
+    with pytest.raises(EmulatedDeviceError, match=r"'klxpu'.*'nccl', one of torch's own"):
+        register_collectives("klxpu", "nccl")
 
 
 def test_a_torch_without_register_backend_devices_gets_a_clear_error(
@@ -75,7 +56,7 @@ def test_a_torch_without_register_backend_devices_gets_a_clear_error(
     def old_register(name: object, func: object, extended_api: bool = False) -> None: ...
 
     monkeypatch.setattr(dist.Backend, "register_backend", old_register)
-    with pytest.raises(DistributedSetupError, match=r"devices=\) is missing.*upgrade torch"):
+    with pytest.raises(EmulatedDeviceError, match=r"devices=\) is missing.*upgrade torch"):
         register_collectives("emukit6", "emukit6ccl")
 
 
@@ -87,9 +68,9 @@ def test_a_backend_class_that_cannot_be_built_is_named_with_the_remedy(
     def broken() -> None:
         raise OpBuildError("g++ failed: host_view_backend.cpp:1: error")
 
-    monkeypatch.setattr(collectives, "_backend_module", broken)
+    monkeypatch.setattr(emulated, "_backend_module", broken)
     with pytest.raises(DistributedSetupError, match=r"'hccl'.*'npu'.*g\+\+ failed.*ninja"):
-        collectives.create_backend("npu", "hccl", None, 0, 1, None)  # type: ignore[arg-type]
+        emulated.create_backend("npu", "hccl", None, 0, 1, None)  # type: ignore[arg-type]
 
 
 # --- real ranks: every collective through the backend against gloo ----------------------------
@@ -102,7 +83,7 @@ AGAINST_GLOO = textwrap.dedent(
     device_type, name = sys.argv[1], sys.argv[2]
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if device_type == "cpu":
-        from anyaccel.testing.emulated.collectives import register_collectives
+        from anyaccel.ops.emulated.collectives import register_collectives
         register_collectives("cpu", name)
         dev = torch.device("cpu")
     else:
@@ -239,17 +220,23 @@ AGAINST_GLOO = textwrap.dedent(
     checks.append("DDP")
     if ours != theirs or len(set(ours)) < 3:
         failures.append(f"DDP losses {ours} vs {theirs}")
-    refused = ""
-    if dev.type != "cpu":  # a CPU tensor handed to the device's backend
-        try:
+    refused, mixed = "", []
+    if dev.type != "cpu":
+        try:  # a CPU tensor handed to the device's backend
             dist.all_gather_into_tensor(torch.empty(2 * size, device=dev), torch.ones(2))
         except Exception as error:
             refused = str(error).splitlines()[0]
+        # a group with a backend per device: CPU tensors to gloo, the device's to this one
+        both_group = dist.new_group(backend=f"cpu:gloo,{device_type}:{name}")
+        c, d = torch.ones(3), torch.ones(3, device=dev)
+        dist.all_reduce(c, group=both_group); dist.all_reduce(d, group=both_group)
+        mixed = [type(both_group._get_backend(torch.device("cpu"))).__name__,
+                 type(both_group._get_backend(dev)).__name__, c.tolist(), d.cpu().tolist()]
     result = {
         "types": [type(world).__name__, type(backend).__name__, type(backend.host).__name__],
         "name": backend.name() if hasattr(backend, "name") else backend._get_backend_name(),
         "status": backend.host.group.status, "failures": failures, "checks": len(checks),
-        "refused": refused, "backend": dist.get_backend(),
+        "refused": refused, "backend": dist.get_backend(), "mixed": mixed,
     }
     dist.barrier()
     dist.destroy_process_group()
@@ -268,3 +255,64 @@ def test_every_collective_of_the_class_on_cpu_tensors_matches_gloo() -> None:
         assert result["backend"] == result["name"] == "hostviewtest"
         assert result["status"] == "shared memory"
         assert result["checks"] == (25 if rank == 0 else 24)  # reduce, gather: rank 0; recv: 1
+
+
+@multiprocess
+def test_on_the_emulated_device_every_collective_and_ddp_give_gloos_results() -> None:
+    outputs = finish(start_ranks(AGAINST_GLOO, 2, "emu", "emuccl"))
+    for rank, out in enumerate(outputs):
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["failures"] == [], result  # DDP's losses among them, bit for bit
+        assert result["types"] == ["ProcessGroup", "HostViewBackend", "ShmBackend"]
+        assert result["backend"] == result["name"] == "emuccl"
+        assert result["status"] == "shared memory"
+        assert result["checks"] == (25 if rank == 0 else 24)
+        assert result["refused"] == (
+            "emuccl all_gather_into_tensor: the input is on cpu, not on the emu device: the "
+            "emuccl backend takes emu tensors, as on the real hardware. Move it with .to('emu'), "
+            "or give the group a CPU backend for CPU tensors "
+            "(init_process_group('cpu:gloo,emu:emuccl'))"
+        )
+        assert result["mixed"] == [
+            "ProcessGroupGloo", "HostViewBackend", [2.0, 2.0, 2.0], [2.0, 2.0, 2.0]
+        ]  # fmt: skip
+
+
+@multiprocess
+def test_standing_in_for_npu_its_collectives_are_hccl() -> None:
+    outputs = finish(start_ranks(AGAINST_GLOO, 2, "npu", "hccl"))
+    for out in outputs:
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["failures"] == [], result
+        assert result["backend"] == result["name"] == "hccl"
+        assert "hccl all_gather_into_tensor: the input is on cpu" in result["refused"]
+
+
+#: DS_ACCELERATOR=emulated: the accelerator names its backend, which torch knows at once.
+FROM_THE_ENVIRONMENT = textwrap.dedent(
+    """
+    import json, os
+    from datetime import timedelta
+    os.environ.update(DS_ACCELERATOR="emulated", ANYACCEL_EMULATED="mlu:2")
+    import torch, torch.distributed as dist
+    from anyaccel import get_accelerator
+    accelerator = get_accelerator()
+    rank = int(os.environ["RANK"])
+    dist.init_process_group(accelerator.communication_backend_name(),
+                            timeout=timedelta(seconds=60))
+    tensor = torch.full((4,), float(rank + 1), device=accelerator.device_name(rank))
+    dist.all_reduce(tensor)
+    print(json.dumps({"name": accelerator.communication_backend_name(),
+                      "device": str(tensor.device), "sum": tensor.cpu().tolist()}), flush=True)
+    dist.destroy_process_group()
+    """
+)
+
+
+@multiprocess
+def test_ds_accelerator_emulated_registers_the_backend_its_accelerator_names() -> None:
+    outputs = finish(start_ranks(FROM_THE_ENVIRONMENT, 2))
+    for rank, out in enumerate(outputs):
+        assert json.loads(out.strip().splitlines()[-1]) == {
+            "name": "cncl", "device": f"mlu:{rank}", "sum": [3.0, 3.0, 3.0, 3.0]
+        }  # fmt: skip

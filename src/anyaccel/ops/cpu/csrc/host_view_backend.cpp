@@ -154,8 +154,8 @@ class HostViewBackend : public Backend {
   }
   WorkPtr _allgather_base(at::Tensor& output, at::Tensor& input,
                           const c10d::AllgatherOptions& opts) override {
-    auto out = host_view("all_gather_into_tensor", output, 0);
-    auto in = host_view("all_gather_into_tensor", input, 1);
+    auto out = host_view("all_gather_into_tensor", output, "output");
+    auto in = host_view("all_gather_into_tensor", input, "input");
     return record(one(host_->_allgather_base(out, in, opts), {output}));
   }
   WorkPtr gather(TensorLists& outputs, Tensors& inputs, const c10d::GatherOptions& opts) override {
@@ -177,15 +177,15 @@ class HostViewBackend : public Backend {
   }
   WorkPtr _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                const c10d::ReduceScatterOptions& opts) override {
-    auto out = host_view("reduce_scatter_tensor", output, 0);
-    auto in = host_view("reduce_scatter_tensor", input, 1);
+    auto out = host_view("reduce_scatter_tensor", output, "output");
+    auto in = host_view("reduce_scatter_tensor", input, "input");
     return record(one(host_->_reduce_scatter_base(out, in, opts), {output}));
   }
   WorkPtr alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
                         std::vector<int64_t>& input_splits,
                         const c10d::AllToAllOptions& opts) override {
-    auto out = host_view("all_to_all_single", output, 0);
-    auto in = host_view("all_to_all_single", input, 1);
+    auto out = host_view("all_to_all_single", output, "output");
+    auto in = host_view("all_to_all_single", input, "input");
     return record(
         one(host_->alltoall_base(out, in, output_splits, input_splits, opts), {output}));
   }
@@ -219,7 +219,7 @@ class HostViewBackend : public Backend {
       c10d::AllreduceOptions single;
       single.reduceOp = opts.reduceOp;
       single.timeout = opts.timeout;
-      Tensors views{host_view("allreduce_coalesced", tensor, works.size())};
+      Tensors views{host_view("allreduce_coalesced", tensor, nth("tensor", works.size()))};
       works.push_back(host_->allreduce(views, single));
     }
     return record(c10::make_intrusive<HostViewWork>(std::move(works), tensors));
@@ -231,7 +231,7 @@ class HostViewBackend : public Backend {
     std::vector<WorkPtr> works;
     for (size_t i = 0; i < inputs.size(); ++i) {
       TensorLists out{host_views("allgather_coalesced", outputs[i])};
-      Tensors in{host_view("allgather_coalesced", inputs[i], i)};
+      Tensors in{host_view("allgather_coalesced", inputs[i], nth("input", i))};
       works.push_back(host_->allgather(out, in, opts));
     }
     return record(c10::make_intrusive<HostViewWork>(std::move(works), flat(outputs)));
@@ -242,8 +242,8 @@ class HostViewBackend : public Backend {
                 outputs.size(), " outputs for ", inputs.size(), " inputs");
     std::vector<WorkPtr> works;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      auto out = host_view("allgather_into_tensor_coalesced", outputs[i], i);
-      auto in = host_view("allgather_into_tensor_coalesced", inputs[i], i);
+      auto out = host_view("allgather_into_tensor_coalesced", outputs[i], nth("output", i));
+      auto in = host_view("allgather_into_tensor_coalesced", inputs[i], nth("input", i));
       works.push_back(host_->_allgather_base(out, in, opts));
     }
     return record(c10::make_intrusive<HostViewWork>(std::move(works), outputs));
@@ -254,8 +254,8 @@ class HostViewBackend : public Backend {
                 outputs.size(), " outputs for ", inputs.size(), " inputs");
     std::vector<WorkPtr> works;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      auto out = host_view("reduce_scatter_tensor_coalesced", outputs[i], i);
-      auto in = host_view("reduce_scatter_tensor_coalesced", inputs[i], i);
+      auto out = host_view("reduce_scatter_tensor_coalesced", outputs[i], nth("output", i));
+      auto in = host_view("reduce_scatter_tensor_coalesced", inputs[i], nth("input", i));
       works.push_back(host_->_reduce_scatter_base(out, in, opts));
     }
     return record(c10::make_intrusive<HostViewWork>(std::move(works), outputs));
@@ -314,13 +314,13 @@ class HostViewBackend : public Backend {
 
  private:
   // The CPU tensor over a device tensor's memory (same geometry); keeps that memory alive.
-  at::Tensor host_view(const char* op, const at::Tensor& tensor, size_t index) const {
-    TORCH_CHECK(tensor.device().type() == device_type_, name_, " ", op, ": tensor ", index,
-                " is on ", tensor.device(), ", not on a ", device_name_, " device: the ", name_,
+  at::Tensor host_view(const char* op, const at::Tensor& tensor, const std::string& which) const {
+    TORCH_CHECK(tensor.device().type() == device_type_, name_, " ", op, ": the ", which,
+                " is on ", tensor.device(), ", not on the ", device_name_, " device: the ", name_,
                 " backend takes ", device_name_, " tensors, as on the real hardware. Move it with "
                 ".to('", device_name_, "'), or give the group a CPU backend for CPU tensors "
                 "(init_process_group('cpu:gloo,", device_name_, ":", name_, "'))");
-    TORCH_CHECK(tensor.layout() == at::kStrided, name_, " ", op, ": tensor ", index,
+    TORCH_CHECK(tensor.layout() == at::kStrided, name_, " ", op, ": the ", which,
                 " has layout ", tensor.layout(), "; the emulated ", device_name_,
                 " collectives take dense (strided) tensors");
     c10::Storage storage = tensor.storage();
@@ -328,10 +328,15 @@ class HostViewBackend : public Backend {
         tensor.data_ptr(), tensor.sizes(), tensor.strides(), [storage](void*) {},
         tensor.options().device(at::kCPU));
   }
+  static std::string nth(const char* what, size_t index) {
+    return std::string(what) + " " + std::to_string(index);
+  }
   Tensors host_views(const char* op, const Tensors& tensors) const {
     Tensors views;
     views.reserve(tensors.size());
-    for (size_t i = 0; i < tensors.size(); ++i) views.push_back(host_view(op, tensors[i], i));
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      views.push_back(host_view(op, tensors[i], nth("tensor", i)));
+    }
     return views;
   }
   TensorLists host_views(const char* op, const TensorLists& lists) const {

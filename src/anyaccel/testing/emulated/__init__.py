@@ -1,1 +1,0 @@
-"""The emulated accelerator: a real PrivateUse1 device on host memory (see ``install``)."""
