@@ -74,7 +74,8 @@ def _communication_backend(device_type: str) -> str:
 class EmulatedAccelerator(TorchModuleAccelerator):
     """Emulated devices in host memory, driven through the ``torch.<type>`` the core registers."""
 
-    _compile_backend = "inductor"
+    #: inductor has no code generator for it (it refuses, naming this one)
+    _compile_backend = "aot_eager"
     profiler_module_name = None
 
     def __init__(self, spec: EmulatedSpec | None = None) -> None:
@@ -82,6 +83,12 @@ class EmulatedAccelerator(TorchModuleAccelerator):
         self._name = self._spec.device_type
         self.device_module_name = self._spec.device_type  # type: ignore[misc]
         self._communication_backend_name = _communication_backend(self._spec.device_type)
+        vendor = vendor_backend(self._spec.device_type)
+        self.visible_devices_env_names = (  # type: ignore[misc]
+            vendor.visible_devices_env_names
+            if vendor is not None and vendor.visible_devices_env_names
+            else (f"{self._spec.device_type.upper()}_VISIBLE_DEVICES",)
+        )
         super().__init__()
 
     @property

@@ -108,16 +108,22 @@ def install(spec: EmulatedSpec) -> ModuleType:
 def _register_torch_names(spec: EmulatedSpec) -> ModuleType:
     """Name PrivateUse1, register ``torch.<type>`` and the ``Tensor.<type>()`` family."""
     import torch
+    from torch.utils.backend_registration import (
+        generate_methods_for_privateuse1_backend,
+        rename_privateuse1_backend,
+    )
 
     from anyaccel.ops.emulated import device_module
+    from anyaccel.ops.emulated.inductor import refuse_inductor
 
     if torch._C._get_privateuse1_backend_name() != spec.device_type:
-        torch.utils.rename_privateuse1_backend(spec.device_type)
+        rename_privateuse1_backend(spec.device_type)
     if getattr(torch, spec.device_type, None) is not device_module:
-        torch._register_device_module(spec.device_type, device_module)
+        torch._register_device_module(spec.device_type, device_module)  # type: ignore[no-untyped-call]
     device_module._attach(spec)
+    refuse_inductor(spec.device_type)
     if not hasattr(torch.Tensor, spec.device_type):
-        torch.utils.generate_methods_for_privateuse1_backend(
+        generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )
     return device_module

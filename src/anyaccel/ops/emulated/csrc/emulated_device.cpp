@@ -12,6 +12,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
@@ -25,6 +26,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -946,6 +948,45 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 // ------------------------------------------------------------------------------------------
+// Autocast: CUDA's op lists (torch's own macros) for AutocastPrivateUse1, where torch has none
+// ------------------------------------------------------------------------------------------
+
+// Registered at configure, and only what this torch lacks: some releases register the lists
+// for PrivateUse1 themselves, and a second registration would fail.
+void register_autocast() {
+  static std::vector<std::unique_ptr<torch::Library>> libraries;
+  const c10::DispatchKey key = c10::DispatchKey::AutocastPrivateUse1;
+  if (!c10::Dispatcher::singleton().hasBackendFallbackForDispatchKey(key)) {
+    libraries.push_back(std::make_unique<torch::Library>(torch::Library::IMPL, "_", key, __FILE__, __LINE__));
+    libraries.back()->fallback(torch::CppFunction::makeFallthrough());
+  }
+  auto mm = c10::Dispatcher::singleton().findSchema({"aten::mm", ""});
+  if (mm.has_value() && mm->hasKernelForDispatchKey(key)) return;
+  libraries.push_back(std::make_unique<torch::Library>(torch::Library::IMPL, "aten", key, __FILE__, __LINE__));
+  torch::Library& m = *libraries.back();
+  using at::IntArrayRef;
+  using at::Scalar;
+  using at::ScalarType;
+  using at::Tensor;
+#ifndef ADD_NS
+#define ADD_NS(RAW_OP) at::RAW_OP
+#endif
+#define ANYACCEL_LOWER_PRECISION_FP(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
+#define ANYACCEL_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
+#define ANYACCEL_FP32_SET_OPT_DTYPE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
+#define ANYACCEL_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
+  AT_FORALL_LOWER_PRECISION_FP(ANYACCEL_LOWER_PRECISION_FP)
+  AT_FORALL_FP32(ANYACCEL_FP32)
+  AT_FORALL_FP32_SET_OPT_DTYPE(ANYACCEL_FP32_SET_OPT_DTYPE)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
+  AT_FORALL_PROMOTE(ANYACCEL_PROMOTE)
+#undef ANYACCEL_LOWER_PRECISION_FP
+#undef ANYACCEL_FP32
+#undef ANYACCEL_FP32_SET_OPT_DTYPE
+#undef ANYACCEL_PROMOTE
+}
+
+// ------------------------------------------------------------------------------------------
 // Configuration and the Python face
 // ------------------------------------------------------------------------------------------
 
@@ -967,7 +1008,10 @@ void configure(int64_t device_count, int64_t capacity) {
         at::make_generator<DeviceGeneratorImpl>(static_cast<DeviceIndex>(index)));
   }
   c10::SetAllocator(kDevice, &g_current_allocator);
-  std::call_once(g_hooks_once, [] { at::RegisterPrivateUse1HooksInterface(new DeviceHooks()); });
+  std::call_once(g_hooks_once, [] {
+    at::RegisterPrivateUse1HooksInterface(new DeviceHooks());
+    register_autocast();
+  });
   g_device_count.store(static_cast<int>(device_count));
 }
 
