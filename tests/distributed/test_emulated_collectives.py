@@ -293,7 +293,9 @@ FROM_THE_ENVIRONMENT = textwrap.dedent(
     """
     import json, os
     from datetime import timedelta
-    os.environ.update(DS_ACCELERATOR="emulated", ANYACCEL_EMULATED="mlu:2")
+    # a loaded host can take detection's 10 s to install the device (torch's inductor import)
+    os.environ.update(DS_ACCELERATOR="emulated", ANYACCEL_EMULATED="mlu:2",
+                      ANYACCEL_PROBE_TIMEOUT="300")
     import torch, torch.distributed as dist
     from anyaccel import get_accelerator
     accelerator = get_accelerator()

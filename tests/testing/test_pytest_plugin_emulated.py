@@ -6,6 +6,7 @@ process, so the emulated device is never installed in the process running these 
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from pathlib import Path
 
@@ -16,6 +17,12 @@ from anyaccel.ops.jit.plan import EXTENSIONS_DIR_ENV, extensions_root
 pytest_plugins = ["pytester"]
 
 SOURCE = str(Path(__file__).resolve().parents[2] / "src")
+#: ``-p`` for the plugin where anyaccel is not installed (no ``pytest11`` entry point to load it).
+PLUGIN = (
+    ()
+    if any(e.name == "anyaccel" for e in importlib.metadata.entry_points(group="pytest11"))
+    else ("-p", "anyaccel.testing.pytest_plugin")
+)
 #: The build cache of this session's user (pytester gives its sessions another home).
 EXTENSIONS = str(extensions_root())
 
@@ -47,7 +54,9 @@ def user_session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_the_option_installs_the_devices_before_collection(user_session: pytest.Pytester) -> None:
-    result = user_session.runpytest_subprocess("-s", "--anyaccel-emulated=npu:2", timeout=600)
+    result = user_session.runpytest_subprocess(
+        *PLUGIN, "-s", "--anyaccel-emulated=npu:2", timeout=600
+    )
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
@@ -62,14 +71,14 @@ def test_without_it_the_cpu_hides_the_bug(
     user_session: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
-    result = user_session.runpytest_subprocess("-s", timeout=600)
+    result = user_session.runpytest_subprocess(*PLUGIN, "-s", timeout=600)
     result.assert_outcomes(passed=2)
     assert "anyaccel: emulated" not in result.stdout.str()
 
 
 def test_the_ini_key_does_the_same(user_session: pytest.Pytester) -> None:
     user_session.makeini("[pytest]\nanyaccel_emulated = mlu:1:1GiB\n")
-    result = user_session.runpytest_subprocess("-s", timeout=600)
+    result = user_session.runpytest_subprocess(*PLUGIN, "-s", timeout=600)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["anyaccel: emulated accelerator 'mlu' x 1 (collectives: cncl)"])
 
@@ -79,7 +88,7 @@ def test_ds_accelerator_emulated_in_the_environment_does_the_same(
 ) -> None:
     monkeypatch.setenv("DS_ACCELERATOR", "emulated")
     monkeypatch.setenv("ANYACCEL_EMULATED", "emu:3")
-    result = user_session.runpytest_subprocess("-s", timeout=600)
+    result = user_session.runpytest_subprocess(*PLUGIN, "-s", timeout=600)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*ACCELERATOR emu:0 3 emuccl emu:0*"])
 
@@ -87,7 +96,7 @@ def test_ds_accelerator_emulated_in_the_environment_does_the_same(
 def test_a_bad_spec_is_a_usage_error_naming_it_and_the_format(
     user_session: pytest.Pytester,
 ) -> None:
-    result = user_session.runpytest_subprocess("--anyaccel-emulated=npu", timeout=600)
+    result = user_session.runpytest_subprocess(*PLUGIN, "--anyaccel-emulated=npu", timeout=600)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["*--anyaccel-emulated='npu' cannot run*the format is <type>:<count>*"]
