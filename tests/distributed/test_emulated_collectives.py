@@ -11,14 +11,22 @@ import json
 import textwrap
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from anyaccel.distributed import emulated
 from anyaccel.distributed.errors import DistributedSetupError
 from anyaccel.ops.emulated.collectives import register_collectives, registered_collectives
 from anyaccel.ops.emulated.core import EmulatedDeviceError
+from anyaccel.ops.emulated.runtime import MINIMUM_TORCH
 
 from .ranks import finish, multiprocess, start_ranks
+
+#: The emulated device needs a torch whose PrivateUse1 interfaces its native core is built on.
+needs_emulated_device = pytest.mark.skipif(
+    tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) < MINIMUM_TORCH,
+    reason=f"the emulated device needs torch >= {MINIMUM_TORCH[0]}.{MINIMUM_TORCH[1]}",
+)
 
 
 def test_registering_is_idempotent_and_maps_the_device_type() -> None:
@@ -258,6 +266,7 @@ def test_every_collective_of_the_class_on_cpu_tensors_matches_gloo() -> None:
 
 
 @multiprocess
+@needs_emulated_device
 def test_on_the_emulated_device_every_collective_and_ddp_give_gloos_results() -> None:
     outputs = finish(start_ranks(AGAINST_GLOO, 2, "emu", "emuccl"))
     for rank, out in enumerate(outputs):
@@ -279,6 +288,7 @@ def test_on_the_emulated_device_every_collective_and_ddp_give_gloos_results() ->
 
 
 @multiprocess
+@needs_emulated_device
 def test_standing_in_for_npu_its_collectives_are_hccl() -> None:
     outputs = finish(start_ranks(AGAINST_GLOO, 2, "npu", "hccl"))
     for out in outputs:
@@ -312,6 +322,7 @@ FROM_THE_ENVIRONMENT = textwrap.dedent(
 
 
 @multiprocess
+@needs_emulated_device
 def test_ds_accelerator_emulated_registers_the_backend_its_accelerator_names() -> None:
     outputs = finish(start_ranks(FROM_THE_ENVIRONMENT, 2))
     for rank, out in enumerate(outputs):

@@ -11,10 +11,18 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
+from anyaccel.ops.emulated.runtime import MINIMUM_TORCH
 from anyaccel.ops.jit.plan import EXTENSIONS_DIR_ENV, extensions_root
 
 pytest_plugins = ["pytester"]
+
+#: The emulated device needs a torch whose PrivateUse1 interfaces its native core is built on.
+needs_emulated_device = pytest.mark.skipif(
+    tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) < MINIMUM_TORCH,
+    reason=f"the emulated device needs torch >= {MINIMUM_TORCH[0]}.{MINIMUM_TORCH[1]}",
+)
 
 SOURCE = str(Path(__file__).resolve().parents[2] / "src")
 #: ``-p`` for the plugin where anyaccel is not installed (no ``pytest11`` entry point to load it).
@@ -53,6 +61,7 @@ def user_session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> 
     return pytester
 
 
+@needs_emulated_device
 def test_the_option_installs_the_devices_before_collection(user_session: pytest.Pytester) -> None:
     result = user_session.runpytest_subprocess(
         *PLUGIN, "-s", "--anyaccel-emulated=npu:2", timeout=600
@@ -76,6 +85,7 @@ def test_without_it_the_cpu_hides_the_bug(
     assert "anyaccel: emulated" not in result.stdout.str()
 
 
+@needs_emulated_device
 def test_the_ini_key_does_the_same(user_session: pytest.Pytester) -> None:
     user_session.makeini("[pytest]\nanyaccel_emulated = mlu:1:1GiB\n")
     result = user_session.runpytest_subprocess(*PLUGIN, "-s", timeout=600)
@@ -83,6 +93,7 @@ def test_the_ini_key_does_the_same(user_session: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["anyaccel: emulated accelerator 'mlu' x 1 (collectives: cncl)"])
 
 
+@needs_emulated_device
 def test_ds_accelerator_emulated_in_the_environment_does_the_same(
     user_session: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -93,6 +104,7 @@ def test_ds_accelerator_emulated_in_the_environment_does_the_same(
     result.stdout.fnmatch_lines(["*ACCELERATOR emu:0 3 emuccl emu:0*"])
 
 
+@needs_emulated_device
 def test_a_bad_spec_is_a_usage_error_naming_it_and_the_format(
     user_session: pytest.Pytester,
 ) -> None:
