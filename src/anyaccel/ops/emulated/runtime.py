@@ -27,8 +27,9 @@ __all__ = [
     "native",
 ]
 
-#: The oldest torch whose PrivateUse1 interfaces the native core is written against.
-MINIMUM_TORCH = (2, 6)
+#: The oldest torch the native core is built and tested against: its PrivateUse1 hooks,
+#: device guard and allocator interfaces changed release by release before it.
+MINIMUM_TORCH = (2, 13)
 
 _lock = threading.Lock()
 _installed: EmulatedSpec | None = None

@@ -37,6 +37,8 @@
 #include <utility>
 #include <vector>
 
+// Written against torch 2.13's interfaces (the Python side refuses older torch). Where a later
+// release changes one, test ANYACCEL_TORCH_AT_LEAST(major, minor) around it.
 #if !defined(ANYACCEL_TORCH_MAJOR) || !defined(ANYACCEL_TORCH_MINOR)
 #error "the builder passes ANYACCEL_TORCH_MAJOR and ANYACCEL_TORCH_MINOR"
 #endif
@@ -185,11 +187,7 @@ struct DeviceAllocator final : public c10::Allocator {
     check_index(device);
     return allocate_on(device, bytes);
   }
-  void copy_data(void* dest, const void* src, std::size_t count) const
-#if ANYACCEL_TORCH_AT_LEAST(2, 3)
-      override
-#endif
-  {
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
 };
@@ -238,11 +236,7 @@ struct PinnedAllocator final : public c10::Allocator {
     return {data, data, &free_pinned, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
-  void copy_data(void* dest, const void* src, std::size_t count) const
-#if ANYACCEL_TORCH_AT_LEAST(2, 3)
-      override
-#endif
-  {
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
 };
@@ -384,9 +378,7 @@ struct DeviceGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeStream(const c10::Stream& /*stream*/) const override {}
   void synchronizeEvent(void* /*event*/) const override {}
   void recordDataPtrOnStream(const c10::DataPtr& /*data*/, const c10::Stream& /*stream*/) const override {}
-#if ANYACCEL_TORCH_AT_LEAST(2, 5)
   void synchronizeDevice(const DeviceIndex index) const override { check_index(index); }
-#endif
   double elapsedTime(void* start, void* end, const DeviceIndex /*index*/) const override {
     auto* first = static_cast<DeviceEvent*>(start);
     auto* second = static_cast<DeviceEvent*>(end);
@@ -411,18 +403,15 @@ struct DeviceHooks final : public at::PrivateUse1HooksInterface {
   const at::Generator& getDefaultGenerator(DeviceIndex index) const override {
     return default_generator(index);
   }
-#if ANYACCEL_TORCH_AT_LEAST(2, 7)
   at::Generator getNewGenerator(DeviceIndex index) const override {
     if (index < 0) index = t_current_device;
     return at::make_generator<DeviceGeneratorImpl>(index);
   }
-#endif
   at::Device getDeviceFromPtr(void* /*data*/) const override {
     return c10::Device(kDevice, t_current_device);
   }
   bool isPinnedPtr(const void* data) const override { return is_pinned_pointer(data); }
   at::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned_allocator; }
-#if ANYACCEL_TORCH_AT_LEAST(2, 5)
   DeviceIndex deviceCount() const override { return static_cast<DeviceIndex>(g_device_count.load()); }
   void setCurrentDevice(DeviceIndex index) const override {
     check_index(index);
@@ -435,19 +424,10 @@ struct DeviceHooks final : public at::PrivateUse1HooksInterface {
     return previous;
   }
   DeviceIndex maybeExchangeDevice(DeviceIndex index) const override { return exchangeDevice(index); }
-#endif
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t bytes) const override {
     resize_storage_bytes(storage.unsafeGetStorageImpl(), bytes);
   }
 };
-
-#if !ANYACCEL_TORCH_AT_LEAST(2, 7)
-at::Generator make_device_generator(DeviceIndex index) {
-  if (index < 0) index = t_current_device;
-  return at::make_generator<DeviceGeneratorImpl>(index);
-}
-REGISTER_GENERATOR_PRIVATEUSE1(make_device_generator)
-#endif
 
 // ------------------------------------------------------------------------------------------
 // Device tensors and their host aliases
@@ -987,6 +967,32 @@ void register_autocast() {
 }
 
 // ------------------------------------------------------------------------------------------
+// Structured ops: the CPU's own functional and in-place kernels, not the out= composite
+// ------------------------------------------------------------------------------------------
+
+// A structured op reaches a backend without its own kernels through a composite that makes the
+// output from the meta function and calls the out= kernel; some CPU out= kernels then resize
+// that output (warning that resizing a non-empty out= is deprecated). Routing the functional
+// and in-place variants to the fallback runs exactly the CPU's kernels, as on the CPU.
+void route_structured_ops() {
+  static std::unique_ptr<torch::Library> library;
+  c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
+  library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                             c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    const std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
+    if (!op.has_value() || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
+      continue;
+    }
+    const std::string full = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+    library->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&device_fallback>());
+  }
+}
+
+// ------------------------------------------------------------------------------------------
 // Configuration and the Python face
 // ------------------------------------------------------------------------------------------
 
@@ -1011,6 +1017,7 @@ void configure(int64_t device_count, int64_t capacity) {
   std::call_once(g_hooks_once, [] {
     at::RegisterPrivateUse1HooksInterface(new DeviceHooks());
     register_autocast();
+    route_structured_ops();
   });
   g_device_count.store(static_cast<int>(device_count));
 }
