@@ -1,6 +1,5 @@
-"""examples/device_bugs: each bug is silent on the CPU and fails on the emulated device.
+"""examples/device_bugs: each bug is silent on the CPU, fails on the emulated device; fixed, passes.
 
-Fixed, each passes on both.
 Every script runs as a user runs it: its own process, with a timeout, the accelerator chosen by
 ``DS_ACCELERATOR`` (``cpu``, or ``emulated`` with ``ANYACCEL_EMULATED=emu:1``).
 """

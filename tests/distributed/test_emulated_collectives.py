@@ -329,3 +329,58 @@ def test_ds_accelerator_emulated_registers_the_backend_its_accelerator_names() -
         assert json.loads(out.strip().splitlines()[-1]) == {
             "name": "cncl", "device": f"mlu:{rank}", "sum": [3.0, 3.0, 3.0, 3.0]
         }  # fmt: skip
+
+
+#: FSDP2 (fully_shard) on the emulated device against the same on the CPU (gloo), and FSDP1.
+FSDP = textwrap.dedent(
+    """
+    import json, os
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
+    from anyaccel.testing.emulated import install
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    install("emu", size)
+    dist.init_process_group("cpu:gloo,emu:emuccl", timeout=timedelta(seconds=60))
+    torch.emu.set_device(rank)
+    def train(device, wrap):
+        torch.manual_seed(0)
+        model = wrap(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                         torch.nn.Linear(32, 1)).to(device))
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        gen = torch.Generator().manual_seed(100 + rank)
+        losses = []
+        for _ in range(4):
+            x = torch.randn(8, 16, generator=gen).to(device)
+            loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+            opt.zero_grad(); loss.backward(); opt.step()
+            losses.append(loss.item())
+        return losses
+    def sharded(mesh):
+        def wrap(model):
+            for layer in model:
+                if isinstance(layer, torch.nn.Linear):
+                    fully_shard(layer, mesh=mesh)
+            return fully_shard(model, mesh=mesh)
+        return wrap
+    ours = train(f"emu:{rank}", sharded(init_device_mesh("emu", (size,))))
+    theirs = train("cpu", sharded(init_device_mesh("cpu", (size,))))
+    fsdp1 = train(f"emu:{rank}",
+                  lambda m: FullyShardedDataParallel(m, device_id=torch.device("emu", rank)))
+    print(json.dumps({"ours": ours, "theirs": theirs, "fsdp1": fsdp1}), flush=True)
+    dist.destroy_process_group()
+    """
+)
+
+
+@multiprocess
+@needs_emulated_device
+def test_fsdp_on_the_emulated_device_trains_as_fsdp_on_the_cpu() -> None:
+    import math
+
+    for out in finish(start_ranks(FSDP, 2)):
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["ours"] == result["theirs"]  # FSDP2: all_gather and reduce_scatter
+        assert len(set(result["ours"])) == 4
+        assert len(result["fsdp1"]) == 4 and all(math.isfinite(x) for x in result["fsdp1"])
