@@ -384,3 +384,31 @@ def test_fsdp_on_the_emulated_device_trains_as_fsdp_on_the_cpu() -> None:
         assert result["ours"] == result["theirs"]  # FSDP2: all_gather and reduce_scatter
         assert len(set(result["ours"])) == 4
         assert len(result["fsdp1"]) == 4 and all(math.isfinite(x) for x in result["fsdp1"])
+
+
+@needs_emulated_device
+def test_installing_registers_the_backend_or_warns_why_not() -> None:
+    import subprocess
+    import sys
+
+    script = textwrap.dedent(
+        """
+        import logging, sys
+        logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
+        from anyaccel.ops.emulated.collectives import registered_collectives
+        from anyaccel.testing.emulated import install
+        accelerator = install(sys.argv[1], 1)
+        print(accelerator.communication_backend_name(), registered_collectives())
+        """
+    )
+    runs = {}
+    for device_type in ("sdaa", "klxpu"):
+        runs[device_type] = subprocess.run(
+            [sys.executable, "-c", script, device_type],
+            capture_output=True, text=True, timeout=300, check=True,
+        ).stdout  # fmt: skip
+    assert runs["sdaa"].strip() == "tccl {'tccl': 'sdaa'}"
+    # klxpu's data sheet names nccl, which torch builds itself: the device installs, says why
+    assert "the emulated devices have no collectives" in runs["klxpu"]
+    assert "'nccl', one of torch's own backends" in runs["klxpu"]
+    assert runs["klxpu"].strip().endswith("nccl {}")
