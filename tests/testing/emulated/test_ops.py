@@ -151,3 +151,29 @@ def test_a_structured_op_runs_the_cpus_own_kernel_without_warnings() -> None:
         warnings.simplefilter("error")  # the out= path would warn that it resized a non-empty out
         loss = torch.nn.functional.mse_loss(a.to("emu:0"), b.to("emu:0"))
     assert loss.shape == () and loss.item() == torch.nn.functional.mse_loss(a, b).item()
+
+
+@on_emulated()
+def test_convolution_forward_and_backward_give_the_cpus_results() -> None:
+    torch.manual_seed(0)
+    cpu = torch.nn.Conv2d(3, 4, 3)
+    device = torch.nn.Conv2d(3, 4, 3).to("emu:1")
+    device.load_state_dict(cpu.state_dict())
+    image = torch.randn(2, 3, 8, 8, requires_grad=True)
+    image_on_device = image.detach().to("emu:1").requires_grad_()
+    cpu(image).square().sum().backward()
+    out = device(image_on_device)
+    out.square().sum().backward()
+    assert out.device == torch.device("emu:1")
+    assert torch.equal(out.cpu(), cpu(image).detach())
+    assert image_on_device.grad is not None and cpu.weight.grad is not None
+    assert torch.equal(image_on_device.grad.cpu(), image.grad)
+    assert device.weight.grad is not None and device.bias.grad is not None
+    assert torch.equal(device.weight.grad.cpu(), cpu.weight.grad)
+
+
+@on_emulated()
+def test_an_op_with_a_composite_kernel_runs_the_cpus_kernel_bit_for_bit() -> None:
+    x = torch.randn(8, 33, generator=torch.Generator().manual_seed(3))
+    on_device = torch.nn.functional.layer_norm(x.to("emu:0"), (33,))
+    assert torch.equal(on_device.cpu(), torch.nn.functional.layer_norm(x, (33,)))

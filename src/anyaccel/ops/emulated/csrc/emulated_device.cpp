@@ -907,6 +907,70 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage_offset(self, std::move(storage), 0, {0}, {});
 }
 
+// Convolutions: torch sends a PrivateUse1 convolution to convolution_overrideable (no CPU
+// kernel exists for it, so the fallback cannot serve it); run the CPU's convolution instead.
+at::Tensor host_result(Aliases& aliases, const at::Tensor& result, DeviceIndex index) {
+  std::unordered_map<c10::StorageImpl*, c10::Storage> adopted;
+  std::unordered_map<c10::StorageImpl*, int64_t> uses;
+  if (result.defined() && result.has_storage()) uses[result.storage().unsafeGetStorageImpl()] = 1;
+  return aliases.device_of(result, index, adopted, uses);
+}
+
+void check_same_device(const at::Tensor& first, const at::Tensor& other) {
+  TORCH_CHECK(!other.defined() || other.device() == first.device(),
+              "Expected all tensors to be on the same device, but found at least two devices, ",
+              first.device(), " and ", other.device(), "!");
+}
+
+at::Tensor host_optional(Aliases& aliases, const std::optional<at::Tensor>& tensor) {
+  if (!tensor.has_value() || !tensor->defined()) return at::Tensor();
+  return is_device_tensor(*tensor) ? aliases.host_of(*tensor) : *tensor;
+}
+
+at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                    c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                    bool transposed, c10::IntArrayRef output_padding,
+                                    int64_t groups) {
+  check_same_device(input, weight);
+  if (bias.has_value()) check_same_device(input, *bias);
+  Aliases aliases;
+  const DeviceIndex index = input.device().index();
+  const at::Tensor host_input = copy_side(input, aliases, "convolution input");
+  const at::Tensor host_weight = copy_side(weight, aliases, "convolution weight");
+  at::Tensor result;
+  {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    result = at::convolution(host_input, host_weight, host_optional(aliases, bias), stride,
+                             padding, dilation, transposed, output_padding, groups);
+  }
+  return host_result(aliases, result, index);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+    c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
+  check_same_device(input, weight);
+  check_same_device(input, grad_output);
+  Aliases aliases;
+  const DeviceIndex index = input.device().index();
+  const at::Tensor host_grad = copy_side(grad_output, aliases, "convolution gradient");
+  const at::Tensor host_input = copy_side(input, aliases, "convolution input");
+  const at::Tensor host_weight = copy_side(weight, aliases, "convolution weight");
+  const int64_t bias_size = transposed ? weight.size(1) * groups : weight.size(0);
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
+  {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    grads = at::convolution_backward(host_grad, host_input, host_weight,
+                                     std::vector<int64_t>{bias_size}, stride, padding, dilation,
+                                     transposed, output_padding, groups, output_mask);
+  }
+  return {host_result(aliases, std::get<0>(grads), index),
+          host_result(aliases, std::get<1>(grads), index),
+          host_result(aliases, std::get<2>(grads), index)};
+}
+
 void record_stream(at::Tensor& /*self*/, c10::Stream /*stream*/) {}  // memory is never reused early
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
@@ -925,6 +989,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", TORCH_FN(set_tensor));
   m.impl("set_", TORCH_FN(set_empty));
   m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
+  m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
 }
 
 // ------------------------------------------------------------------------------------------
@@ -967,14 +1033,20 @@ void register_autocast() {
 }
 
 // ------------------------------------------------------------------------------------------
-// Structured ops: the CPU's own functional and in-place kernels, not the out= composite
+// Ops with a composite kernel: the CPU's own kernels instead, as on the CPU
 // ------------------------------------------------------------------------------------------
 
-// A structured op reaches a backend without its own kernels through a composite that makes the
-// output from the meta function and calls the out= kernel; some CPU out= kernels then resize
-// that output (warning that resizing a non-empty out= is deprecated). Routing the functional
-// and in-place variants to the fallback runs exactly the CPU's kernels, as on the CPU.
-void route_structured_ops() {
+// An op with a CPU kernel and a composite one reaches a backend without its own kernels through
+// the composite: structured ops make the output from the meta function and call the out=
+// kernel (some CPU out= kernels then resize it, warning that this is deprecated), others run a
+// decomposition (native_layer_norm's rounds differently). Routing them to the fallback runs
+// exactly the CPU's kernels, so results are the CPU's bit for bit.
+void route_to_cpu_kernels() {
+  // Ops whose composite kernel is the right one for a device (they make tensors with keys or
+  // memory a CPU kernel would give the host).
+  static const std::unordered_set<std::string> kKeepComposite = {
+      "aten::_efficientzerotensor", "aten::_pin_memory", "aten::is_pinned", "aten::_to_copy",
+      "aten::lift_fresh", "aten::empty_like", "aten::new_empty", "aten::new_empty_strided"};
   static std::unique_ptr<torch::Library> library;
   c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
   library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
@@ -984,7 +1056,9 @@ void route_structured_ops() {
     const std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
     if (!op.has_value() || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
         op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
-        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
+        kKeepComposite.count(name.name) > 0 ||
+        !(op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd))) {
       continue;
     }
     const std::string full = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
@@ -1017,7 +1091,7 @@ void configure(int64_t device_count, int64_t capacity) {
   std::call_once(g_hooks_once, [] {
     at::RegisterPrivateUse1HooksInterface(new DeviceHooks());
     register_autocast();
-    route_structured_ops();
+    route_to_cpu_kernels();
   });
   g_device_count.store(static_cast<int>(device_count));
 }
