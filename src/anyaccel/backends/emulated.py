@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 from typing import Any
 
 from anyaccel.abstract import Accelerator
@@ -21,6 +22,8 @@ from anyaccel.ops.emulated.settings import EMULATED_ENV, EmulatedSpec, spec_from
 from anyaccel.probe import FORCE_ENV, ProbeOutcome, forced_name
 
 __all__ = ["DEFAULT_COMMUNICATION_BACKEND", "EmulatedAccelerator", "probe", "vendor_backend"]
+
+logger = logging.getLogger(__name__)
 
 #: The collectives backend of an emulated type that stands in for no vendor.
 DEFAULT_COMMUNICATION_BACKEND = "emuccl"
@@ -105,10 +108,21 @@ class EmulatedAccelerator(TorchModuleAccelerator):
         return self._spec
 
     def _load_device_module(self) -> Any:
-        """Install the emulated devices in this process (once) and return ``torch.<type>``."""
+        """Install the emulated devices in this process (once) and return ``torch.<type>``.
+
+        Their collective backend is registered with torch under this accelerator's
+        ``communication_backend_name()`` (a warning says why not, if it cannot be).
+        """
+        from anyaccel.ops.emulated.collectives import register_collectives
+        from anyaccel.ops.emulated.core import EmulatedDeviceError
         from anyaccel.ops.emulated.runtime import install
 
-        return install(self._spec)
+        module = install(self._spec)
+        try:
+            register_collectives(self._spec.device_type, self._communication_backend_name)
+        except EmulatedDeviceError as exc:
+            logger.warning("the emulated devices have no collectives: %s", exc)
+        return module
 
     def op_builder_dir(self) -> str:
         """The host (CPU) builders: the device's kernels run on the host."""
