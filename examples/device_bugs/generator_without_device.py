@@ -10,7 +10,7 @@ import torch
 from anyaccel import get_accelerator
 
 #: The error a GPU gives (and the emulated device): its text holds this.
-EXPECTED_ERROR = "generator"
+EXPECTED_ERROR = "device type for generator but found 'cpu'"
 
 
 def main() -> None:

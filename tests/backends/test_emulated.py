@@ -38,6 +38,7 @@ def test_the_probe_accepts_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
         ("sdaa", "tccl"),
         ("musa", "mccl"),
         ("supa", "bccl"),
+        ("klxpu", "emuccl"),  # its data sheet says nccl, one of torch's own names
     ],
 )
 def test_collectives_backend_follows_the_vendor(device_type: str, backend: str) -> None:

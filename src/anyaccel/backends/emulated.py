@@ -69,15 +69,22 @@ def vendor_backend(device_type: str) -> type[Accelerator] | None:
 
 
 def _communication_backend(device_type: str) -> str:
-    """The vendor backend's collectives name where ``device_type`` is a vendor's, else emuccl."""
+    """The vendor backend's collectives name where ``device_type`` is a vendor's, else emuccl.
+
+    A vendor whose collectives go by one of torch's own names (klxpu's nccl) gets emuccl too:
+    torch keeps those names, so the emulation could not register under them.
+    """
+    from anyaccel.ops.emulated.collectives import TORCH_BACKENDS
+
     vendor = vendor_backend(device_type)
     if vendor is None:
         return DEFAULT_COMMUNICATION_BACKEND
     declared = vendor._instance_defaults.get("_communication_backend_name")
     if declared is not None:  # made per instance: ask it of an instance that never ran __init__
         name: str = declared.factory(vendor.__new__(vendor))
-        return name
-    return vendor._communication_backend_name
+    else:
+        name = vendor._communication_backend_name
+    return DEFAULT_COMMUNICATION_BACKEND if name in TORCH_BACKENDS else name
 
 
 class EmulatedAccelerator(TorchModuleAccelerator):

@@ -72,3 +72,13 @@ def test_seed_all_gives_every_device_one_random_seed() -> None:
     torch.emu.seed_all()
     seeds = {generator.initial_seed() for generator in torch.emu.default_generators}
     assert len(seeds) == 1
+
+
+@on_emulated()
+def test_a_cpu_generator_for_device_tensors_is_refused_as_on_cuda() -> None:
+    import pytest
+
+    with pytest.raises(
+        RuntimeError, match="Expected a 'emu' device type for generator but found 'cpu'"
+    ):
+        torch.randn(4, device="emu:0", generator=torch.Generator().manual_seed(0))

@@ -739,6 +739,10 @@ void device_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       } else if (arg.isGenerator() && arg.toGenerator().device().type() == kDevice) {
         arg = host_generator(arg.toGenerator());
         generator_given = true;
+      } else if (arg.isGenerator()) {  // a CPU generator for device tensors: refused, as on CUDA
+        TORCH_CHECK(false, "Expected a '", backend_name(), "' device type for generator but found '",
+                    c10::DeviceTypeName(arg.toGenerator().device().type(), /*lower_case=*/true),
+                    "'");
       }
     }
   }
