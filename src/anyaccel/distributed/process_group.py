@@ -177,6 +177,7 @@ def init_distributed(
     ``CoreBindingError`` when the cores cannot be split. Calling it again once initialised
     returns the live group's rank and world size, warning if the environment disagrees.
     """
+    _check_arguments(backend, timeout, set_device, bind_cores, shm_backend)
     if dist.is_available() and dist.is_initialized():
         return _live_info(os.environ)
     env: dict[str, str] = dict(os.environ)
@@ -232,6 +233,30 @@ def init_distributed(
         kwargs["init_method"] = "env://"
     dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size, **kwargs)
     return info
+
+
+def _check_arguments(
+    backend: object, timeout: object, set_device: object, bind_cores: object, shm_backend: object
+) -> None:
+    """Refuse an argument of the wrong kind before anything changes (environment, device, cores)."""
+    if backend is not None and not (isinstance(backend, str) and backend.strip()):
+        raise DistributedSetupError(
+            f"init_distributed(backend={backend!r}): pass a backend name such as 'gloo' or "
+            "'cpu:gloo,cuda:nccl', or leave it out for the accelerator's own"
+        )
+    if timeout is not None and not (isinstance(timeout, timedelta) and timeout.total_seconds() > 0):
+        raise DistributedSetupError(
+            f"init_distributed(timeout={timeout!r}): pass a positive datetime.timedelta, e.g. "
+            "timeout=timedelta(minutes=30), or leave it out for torch's default"
+        )
+    for name, value, optional in (
+        ("set_device", set_device, False),
+        ("bind_cores", bind_cores, False),
+        ("shm_backend", shm_backend, True),
+    ):
+        if not isinstance(value, bool) and not (optional and value is None):
+            allowed = "True, False or None" if optional else "True or False"
+            raise DistributedSetupError(f"init_distributed({name}={value!r}): pass {allowed}")
 
 
 def _agreed_store(backend: str, info: LaunchInfo, timeout: timedelta | None) -> Any:
