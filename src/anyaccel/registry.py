@@ -71,6 +71,9 @@ BUILTIN_CANDIDATES: tuple[BackendCandidate, ...] = (
     _builtin("musa", "musa (torch_musa)", 870, "musa", "MusaAccelerator"),
     _builtin("klxpu", "klxpu (torch_xmlir)", 880, "klxpu", "KlxpuAccelerator"),
     _builtin("cuda", "cuda (torch CUDA/ROCm build)", 900, "cuda", "CudaAccelerator"),
+    # chosen only when asked for (DS_ACCELERATOR=emulated, or installed in this process); before
+    # generic, which would otherwise take an installed emulated device for an unknown one
+    _builtin("emulated", "emulated (host memory)", 940, "emulated", "EmulatedAccelerator"),
     _builtin("generic", "generic (torch.accelerator)", 950, "generic", "GenericAccelerator"),
     _builtin("cpu", "cpu (fallback)", 10_000, "cpu", "CpuAccelerator"),
 )

@@ -79,6 +79,13 @@ def test_unknown_builder_exits_2_and_lists_the_known_ones() -> None:
     assert "CPUAdamBuilder" in result.stderr and "FusedAdamBuilder" in result.stderr
 
 
+def test_an_unknown_accelerator_exits_2_naming_it_instead_of_a_host_table() -> None:
+    result = run_ops("--accelerator", "bogus")
+    assert result.returncode == 2
+    assert "unknown accelerator 'bogus' for --accelerator; known: " in result.stderr
+    assert "cpu, cuda" in result.stderr and result.stdout == ""
+
+
 def test_an_op_unavailable_here_exits_1_saying_where_it_is() -> None:
     result = run_ops("--accelerator", "cpu", "--build", "FusedAdamBuilder")
     assert result.returncode == 1

@@ -6,6 +6,8 @@ import json
 import textwrap
 import time
 
+import pytest
+
 from anyaccel.distributed.agreement import BackendChoice, _disagreement, rank_list
 
 from .ranks import finish, multiprocess, start_ranks
@@ -84,3 +86,37 @@ def test_four_ranks_with_one_unset_name_the_odd_one() -> None:
 def test_ranks_whose_settings_differ_but_choose_the_same_backend_start() -> None:
     for result in _results(2, "unset,ON"):
         assert result["backend"] == "anyaccel_shm", result
+
+
+# As DISAGREE, but a rank may refuse its own setting (InvalidSettingError) as well.
+REFUSE = DISAGREE.replace(
+    "from anyaccel.distributed import DistributedSetupError,",
+    "from anyaccel.errors import InvalidSettingError\n"
+    "from anyaccel.distributed import DistributedSetupError,",
+).replace(
+    'except DistributedSetupError as error:\n    print(json.dumps({"error": str(error),',
+    "except (DistributedSetupError, InvalidSettingError) as error:\n"
+    '    print(json.dumps({"kind": type(error).__name__, "error": str(error),',
+)
+
+
+@multiprocess
+@pytest.mark.parametrize("values", ["unset,enabled", "enabled,unset"])
+def test_a_rank_refusing_its_setting_fails_the_others_at_once_naming_it(values: str) -> None:
+    assert REFUSE != DISAGREE
+    start = time.monotonic()
+    results = [
+        json.loads(out.strip().splitlines()[-1])
+        for out in finish(start_ranks(REFUSE, 2, values), timeout=180)
+    ]
+    assert time.monotonic() - start < 150  # not the 30-minute group timeout
+    bad = values.split(",").index("enabled")
+    for rank, result in enumerate(results):
+        message = str(result["error"])
+        assert "ANYACCEL_SHM_BACKEND='enabled' is not an on/off value" in message, message
+        assert float(str(result["seconds"])) < 60
+        if rank == bad:
+            assert result["kind"] == "InvalidSettingError"
+        else:
+            assert result["kind"] == "DistributedSetupError"
+            assert f"rank {bad}: 'enabled'" in message, message

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import re
 import socket
 import warnings
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 import torch.distributed as dist
@@ -59,6 +62,37 @@ def test_anyaccel_shm_beside_another_backend_without_its_class_is_refused_not_ha
 def test_rank_needs_world_size() -> None:
     with pytest.raises(DistributedSetupError, match="together"):
         init_distributed(rank=0)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"backend": 5}, "backend=5"),
+        ({"backend": " "}, "backend=' '"),
+        ({"timeout": 5}, "timeout=5"),
+        ({"timeout": timedelta(seconds=-1)}, "timeout=datetime.timedelta(days=-1"),
+        ({"set_device": "no"}, "set_device='no'"),
+        ({"bind_cores": "x"}, "bind_cores='x'"),
+        ({"shm_backend": "yes"}, "shm_backend='yes'"),
+    ],
+)
+def test_an_argument_of_the_wrong_kind_is_refused_by_name_and_nothing_changes(
+    arguments: dict[str, object], named: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    before = dict(os.environ)
+    with pytest.raises(DistributedSetupError, match=re.escape(named)):
+        init_distributed(rank=0, world_size=1, **arguments)  # type: ignore[arg-type]
+    assert dict(os.environ) == before and not dist.is_initialized()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def test_device_sharing_is_refused_before_any_rendezvous(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -77,10 +77,12 @@ def test_walk_under_our_cpu_accelerator_finds_every_deepspeed_op() -> None:
     buildable = toolchain_problem() is None
     for name in OUR_CPU_OPS:
         assert flags[name] is buildable, name
-    # and the shared-memory ops: the all-reduce module, the c10d Backend beside other devices
+    # and the shared-memory ops: the all-reduce module, the c10d Backend beside other devices,
+    # and the emulated accelerator's c10d Backend over host views
     assert {name for name, ok in flags.items() if ok} <= OUR_CPU_OPS | {
         "deepspeed_shm_comm",
         "anyaccel_shm_backend",
+        "anyaccel_host_view_backend",
     }
 
 

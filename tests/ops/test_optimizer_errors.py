@@ -129,6 +129,11 @@ CASES: dict[str, Case] = {
         "Invalid initial_accumulator_value value: -1.0",
         ("Adagrad",),
     ),
+    "initial_accumulator_value beyond fp32": Case(  # torch: RuntimeError filling the state
+        build(initial_accumulator_value=1e40),
+        "value cannot be converted to type float without overflow",
+        ("Adagrad",),
+    ),
     "meta parameter": Case(  # (torch's fused Adagrad fails inside its kernel instead)
         step_on(meta_param, fused=True),
         "all the params to be floating point Tensors of supported devices",

@@ -10,6 +10,7 @@ import pytest
 
 from anyaccel.porting import source_files
 from anyaccel.porting.source_text import (
+    MAX_SOURCE_BYTES,
     PreparedWrite,
     SourceReadError,
     SourceWriteError,
@@ -112,6 +113,21 @@ def test_a_file_that_gives_more_than_its_size_is_not_read_to_its_end(
         read_source(tmp_path / "status.py")
     (tmp_path / "empty.py").write_bytes(b"")
     assert read_source(tmp_path / "empty.py").text == ""
+
+
+def test_a_file_beyond_the_size_limit_is_refused_by_its_size_before_it_is_read(
+    tmp_path: Path,
+) -> None:
+    huge = tmp_path / "huge.py"
+    with huge.open("wb") as out:  # sparse: no disk used; read whole, it took 2x its size in RSS
+        out.truncate(MAX_SOURCE_BYTES + 1)
+    with pytest.raises(
+        SourceReadError, match=f"{MAX_SOURCE_BYTES + 1} bytes, more than the 64 MiB"
+    ):
+        read_source(huge)
+    at_limit = tmp_path / "at_limit.py"
+    at_limit.write_bytes(b"x = 1\n" + b"#" * 64 + b"\n")
+    assert read_source(at_limit).text.startswith("x = 1")
 
 
 def test_a_link_pointed_out_of_the_tree_after_the_walk_is_not_read(tmp_path: Path) -> None:

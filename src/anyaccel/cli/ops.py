@@ -3,7 +3,8 @@
 With no option, prints the capability table of the accelerator (``--accelerator NAME``, else
 the detected one); ``--plan BUILDER ...`` prints each build's flags and paths without compiling,
 ``--build BUILDER ...`` builds each (or loads it from the cache). Exit status: 0 on success,
-1 when an op cannot be built or loaded here (the message says why), 2 for an unknown builder.
+1 when an op cannot be built or loaded here (the message says why), 2 for an unknown builder
+or accelerator.
 """
 
 from __future__ import annotations
@@ -45,7 +46,17 @@ def run(args: argparse.Namespace) -> int:
     """Print the capability table, the dry-run plan of builders, or build them."""
     target: str | Accelerator
     if args.accelerator:
+        from anyaccel.detection import SUPPORTED_ACCELERATOR_LIST
+
         name = target = str(args.accelerator)
+        known = sorted({*SUPPORTED_ACCELERATOR_LIST, *registry.BUILTIN_PACKAGES})
+        if name not in known:
+            print(
+                f"unknown accelerator {name!r} for --accelerator; known: {', '.join(known)}; "
+                "or leave --accelerator out for the detected one (a plugin's included)",
+                file=sys.stderr,
+            )
+            return 2
         package = registry.builder_package(name)
     else:
         from anyaccel import get_accelerator

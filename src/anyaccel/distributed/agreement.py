@@ -30,7 +30,8 @@ AGREEMENT_WAIT_S = 300.0
 
 
 class BackendChoice(NamedTuple):
-    """One rank's collective backend, why, and the setting that led to it (None: unset)."""
+    """One rank's collective backend ("" when it refused its setting), why, and the setting
+    that led to it (None: unset)."""
 
     backend: str
     reason: str
@@ -59,7 +60,7 @@ def _by_value(values: Sequence[Any]) -> str:
 
 def _disagreement(choices: Sequence[BackendChoice]) -> str:
     """The error text for ranks whose backends differ."""
-    backends = _by_value([f"{c.backend} ({c.reason})" for c in choices])
+    backends = _by_value([f"{c.backend or 'none'} ({c.reason})" for c in choices])
     message = (
         f"the ranks chose different collective backends ({backends}), so they would wait for "
         "each other in init_process_group until its timeout. "

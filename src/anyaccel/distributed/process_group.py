@@ -159,6 +159,7 @@ def init_distributed(
     ``CoreBindingError`` when the cores cannot be split. Calling it again once initialised
     returns the live group's rank and world size, warning if the environment disagrees.
     """
+    _check_arguments(backend, timeout, set_device, bind_cores, shm_backend)
     if dist.is_available() and dist.is_initialized():
         return _live_info(os.environ)
     env: dict[str, str] = dict(os.environ)
@@ -174,9 +175,14 @@ def init_distributed(
 
     accelerator = get_accelerator()
     if backend is None:
-        backend = _default_backend(
-            accelerator._name, accelerator.communication_backend_name(), info, shm_backend
-        )
+        try:
+            backend = _default_backend(
+                accelerator._name, accelerator.communication_backend_name(), info, shm_backend
+            )
+        except InvalidSettingError as exc:
+            if info.world_size > 1:
+                _refuse_with_the_others(info, timeout, exc)
+            raise
     else:
         _choice.update(backend=backend, reason="backend= given")
     if BACKEND_NAME in backend_names(backend):
@@ -213,6 +219,61 @@ def init_distributed(
         kwargs["init_method"] = "env://"
     dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size, **kwargs)
     return info
+
+
+def _check_arguments(
+    backend: object, timeout: object, set_device: object, bind_cores: object, shm_backend: object
+) -> None:
+    """Refuse an argument of the wrong kind before anything changes (environment, device, cores)."""
+    if backend is not None and not (isinstance(backend, str) and backend.strip()):
+        raise DistributedSetupError(
+            f"init_distributed(backend={backend!r}): pass a backend name such as 'gloo' or "
+            "'cpu:gloo,cuda:nccl', or leave it out for the accelerator's own"
+        )
+    if timeout is not None and not (isinstance(timeout, timedelta) and timeout.total_seconds() > 0):
+        raise DistributedSetupError(
+            f"init_distributed(timeout={timeout!r}): pass a positive datetime.timedelta, e.g. "
+            "timeout=timedelta(minutes=30), or leave it out for torch's default"
+        )
+    for name, value, optional in (
+        ("set_device", set_device, False),
+        ("bind_cores", bind_cores, False),
+        ("shm_backend", shm_backend, True),
+    ):
+        if not isinstance(value, bool) and not (optional and value is None):
+            allowed = "True, False or None" if optional else "True or False"
+            raise DistributedSetupError(f"init_distributed({name}={value!r}): pass {allowed}")
+
+
+def _refuse_with_the_others(
+    info: LaunchInfo, timeout: timedelta | None, refused: InvalidSettingError
+) -> None:
+    """Tell the other ranks, on the job's store, that this one refuses its setting, then return.
+
+    They would otherwise wait for this rank in ``init_process_group`` until the group's
+    timeout; told, each raises at once naming the setting (``agree_on_backend``). Nothing of
+    this process changes: the store is reached by its address, not through the environment.
+    """
+    from torch.distributed.constants import default_pg_timeout
+
+    limit = default_pg_timeout if timeout is None else timeout
+    wait = min(AGREEMENT_WAIT_S, limit.total_seconds())
+    host = f"[{info.master_addr}]" if ":" in info.master_addr else info.master_addr
+    c10d: Any = dist  # torch's stubs declare no rendezvous export
+    mine = BackendChoice("", str(refused), os.environ.get(BACKEND_ENV))
+    key = f"anyaccel/init_distributed/{next(_agreements)}/backend"
+    try:
+        store, _, _ = next(
+            c10d.rendezvous(
+                f"tcp://{host}:{info.master_port}",
+                rank=info.rank,
+                world_size=info.world_size,
+                timeout=timedelta(seconds=wait),
+            )
+        )
+        agree_on_backend(store, info.rank, info.world_size, mine, key, wait)
+    except (DistributedSetupError, RuntimeError, OSError, ValueError):
+        pass  # the others were told, or are gone: this rank's own error follows
 
 
 def _agreed_store(backend: str, info: LaunchInfo, timeout: timedelta | None) -> Any:

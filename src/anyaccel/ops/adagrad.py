@@ -13,6 +13,7 @@ from torch.optim.optimizer import ParamsT
 from anyaccel.ops.cpu.cpu_adagrad import CPUAdagradBuilder
 from anyaccel.ops.host_optimizer import CopyGroups, HostOptimizer
 from anyaccel.ops.hyperparams import ADAGRAD_RULES
+from anyaccel.ops.optimizer_errors import OptimizerValueRuntimeError
 from anyaccel.ops.sparse_adagrad import (
     accumulator,
     advance_step,
@@ -155,9 +156,10 @@ def _check_fits_fp32(initial_accumulator_value: Any) -> None:
     """The accumulators are fp32: refuse a start value they cannot hold, as torch refuses it."""
     value = float(initial_accumulator_value)
     if math.isfinite(value) and value > torch.finfo(torch.float32).max:
-        raise ValueError(
-            f"invalid initial_accumulator_value value initial_accumulator_value={value!r}: it "
-            "overflows the fp32 accumulators; pass a value below 3.4e38"
+        raise OptimizerValueRuntimeError(  # torch: RuntimeError, from filling the state
+            f"value cannot be converted to type float without overflow: "
+            f"initial_accumulator_value={value!r} overflows the fp32 accumulators; pass a value "
+            "below 3.4e38"
         )
 
 

@@ -28,6 +28,7 @@ from anyaccel.errors import AnyaccelError
 from anyaccel.porting.source_files import FileIdentity, refusal
 
 __all__ = [
+    "MAX_SOURCE_BYTES",
     "PreparedWrite",
     "SourceFile",
     "SourceReadError",
@@ -37,6 +38,11 @@ __all__ = [
     "writable_problem",
     "write_atomically",
 ]
+
+
+#: The largest file read as a source (64 MiB): a bigger ``*.py`` is data or a disk image, and
+#: reading it whole would take as much memory, twice over.
+MAX_SOURCE_BYTES = 64 << 20
 
 
 class SourceReadError(AnyaccelError, ValueError):
@@ -138,6 +144,12 @@ def _read_regular(path: Path, root: Path | None) -> tuple[bytes, Path, FileIdent
             raise SourceReadError(
                 f"{path}: cannot read: another file took its place while it was being opened; "
                 "it is left as it is: run again once nothing else changes the tree"
+            )
+        if opened.st_size > MAX_SOURCE_BYTES:
+            raise SourceReadError(
+                f"{path}: cannot read: {opened.st_size} bytes, more than the "
+                f"{MAX_SOURCE_BYTES >> 20} MiB a source file is read up to (generated data or a "
+                "disk image?); it is left as it is: --exclude it"
             )
         data = _read_at_most(fd, opened.st_size, path)
     except OSError as error:

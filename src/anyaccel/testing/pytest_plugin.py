@@ -1,7 +1,12 @@
-"""pytest support for the conformance kit, so a vendor's own suite proves its backend.
+"""pytest support: the conformance kit for a vendor's own suite, and emulated accelerators.
 
 Enabled automatically when anyaccel is installed (``pytest11`` entry point), or with
-``-p anyaccel.testing.pytest_plugin``. Two ways in::
+``-p anyaccel.testing.pytest_plugin``.
+
+``pytest --anyaccel-emulated=npu:2`` (or the ini key ``anyaccel_emulated``, or
+``DS_ACCELERATOR=emulated`` with ``ANYACCEL_EMULATED``) runs the session on emulated
+accelerators: they are installed before collection, ``get_accelerator()`` returns them, and the
+processes the tests start inherit the choice. The conformance kit, two ways in::
 
     from anyaccel.testing.pytest_plugin import conformance_tests
     test_acme_conformance = conformance_tests("acme_accel:AcmeAccelerator")  # one test per check
@@ -18,6 +23,7 @@ local class, an instance) runs in the test process, with a warning.
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
@@ -31,7 +37,95 @@ if TYPE_CHECKING:
 # pytest loads this module in every session of an environment with anyaccel installed, so
 # it imports nothing heavy (not torch, not the kit) until a test asks for the kit.
 
-__all__ = ["anyaccel_conformance", "conformance_tests"]
+__all__ = [
+    "EMULATED_INI",
+    "EMULATED_OPTION",
+    "anyaccel_conformance",
+    "conformance_tests",
+    "pytest_addoption",
+    "pytest_configure",
+    "pytest_report_header",
+]
+
+#: The command-line option that runs the session on emulated accelerators.
+EMULATED_OPTION = "--anyaccel-emulated"
+#: The ini key (pytest.ini, pyproject.toml's [tool.pytest.ini_options]) that does the same.
+EMULATED_INI = "anyaccel_emulated"
+_SPEC_HELP = "TYPE:COUNT[:CAPACITY], e.g. npu:2 or emu:2:8GiB"
+#: The environment the choice travels in (read by get_accelerator(), here and in subprocesses).
+_FORCE_ENV, _FORCE_VALUE, _SPEC_ENV = "DS_ACCELERATOR", "emulated", "ANYACCEL_EMULATED"
+_emulated_key = pytest.StashKey[str]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--anyaccel-emulated`` and the ``anyaccel_emulated`` ini key."""
+    parser.getgroup("anyaccel").addoption(
+        EMULATED_OPTION,
+        dest="anyaccel_emulated",
+        default=None,
+        metavar="TYPE:COUNT[:CAPACITY]",
+        help="run the session on emulated accelerators, the ones get_accelerator() returns "
+        f"({_SPEC_HELP}); also the {EMULATED_INI} ini key",
+    )
+    parser.addini(EMULATED_INI, f"run the session on emulated accelerators ({_SPEC_HELP})")
+
+
+def _emulated_spec(config: pytest.Config) -> str | None:
+    """The spec asked for: the option, else the ini key, else DS_ACCELERATOR=emulated's."""
+    spec = config.getoption("anyaccel_emulated") or str(config.getini(EMULATED_INI) or "")
+    if spec:
+        return spec.strip()
+    if os.environ.get(_FORCE_ENV, "").strip().lower() == _FORCE_VALUE:
+        return os.environ.get(_SPEC_ENV, "").strip()  # "": the default devices
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Install the emulated accelerators before collection, when the session asks for them.
+
+    Raises ``pytest.UsageError`` naming the spec (and the format, when that is what is wrong)
+    when it is not valid or the devices cannot be installed here.
+    """
+    spec = _emulated_spec(config)
+    if spec is None:
+        return
+    saved = {name: os.environ.get(name) for name in (_FORCE_ENV, _SPEC_ENV)}
+
+    def restore() -> None:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    config.add_cleanup(restore)
+    os.environ[_FORCE_ENV] = _FORCE_VALUE
+    if spec:
+        os.environ[_SPEC_ENV] = spec
+    from anyaccel import reset_accelerator, set_accelerator
+    from anyaccel.ops.emulated.settings import spec_from_environment
+    from anyaccel.testing.emulated import install
+
+    try:  # installed here, not under detection's time limit: a first use builds the device
+        chosen = spec_from_environment()
+        accelerator = install(chosen.device_type, chosen.device_count, chosen.memory_capacity)
+    except Exception as exc:
+        raise pytest.UsageError(
+            f"{EMULATED_OPTION}={spec or os.environ.get(_SPEC_ENV, '')!r} cannot run: {exc}"
+        ) from exc
+    reset_accelerator()
+    set_accelerator(accelerator)
+    config.stash[_emulated_key] = (
+        f"anyaccel: emulated accelerator {accelerator.device_name()!r} x "
+        f"{accelerator.device_count()} (collectives: {accelerator.communication_backend_name()})"
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """The emulated accelerator the session runs on, if any."""
+    return config.stash.get(_emulated_key, None)
+
 
 ContextFactory = Callable[[], AbstractContextManager[Any]]
 

@@ -96,3 +96,32 @@ def test_a_kernel_that_cannot_be_built_is_said_once_per_job_at_warning(tmp_path:
     # chosen rather than failed: nothing at WARNING
     for result in run_job("ANYACCEL_SHM_ALLREDUCE=0", 2, **env):
         assert result["logged"] == ""
+
+
+# A group made by torch's own init_process_group: argv[1] is rank 1's ANYACCEL_SHM_BACKEND.
+PLAIN_JOB = textwrap.dedent(
+    """
+    import json, os, sys
+    if os.environ["RANK"] == "1":
+        os.environ["ANYACCEL_SHM_BACKEND"] = sys.argv[1]
+    from datetime import timedelta
+    import torch.distributed as dist
+    import anyaccel.distributed  # registers anyaccel_shm
+    from anyaccel.errors import InvalidSettingError
+    try:
+        dist.init_process_group(backend="anyaccel_shm", timeout=timedelta(seconds=120))
+    except InvalidSettingError as error:
+        print(json.dumps({"error": str(error)}), flush=True)
+        os._exit(0)
+    print(json.dumps({"backend": dist.get_backend()}), flush=True)
+    os._exit(0)
+    """
+)
+
+
+@multiprocess
+def test_an_unknown_shm_backend_value_under_init_process_group_fails_every_rank() -> None:
+    outputs = finish(start_ranks(PLAIN_JOB, 2, "maybe"), timeout=240)
+    for out in outputs:
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["error"].startswith("rank 1: ANYACCEL_SHM_BACKEND='maybe' is not an"), result

@@ -328,6 +328,39 @@ def test_a_root_that_is_another_users_link_is_refused(world: World, tmp_path: Pa
     assert not any(tmp_path.iterdir())  # nothing built where the link points
 
 
+@needs_root
+def test_a_root_behind_another_users_link_on_its_path_is_refused_and_nothing_made(
+    world: World, tmp_path: Path
+) -> None:
+    shared = world.shared_root()
+    as_nobody(f"ln -s '{tmp_path}' '{shared}/project'")  # the user meant to make shared/project
+    root = shared / "project" / "ext"
+    outcome = world.load(root, "trust_warm")
+    kind, message, path = outcome["trust_warm"].split(" | ")
+    assert kind == "UntrustedCacheError" and path == str(root)
+    assert f"{shared}/project on its path is a symbolic link owned by uid 65534" in message
+    assert not any(tmp_path.iterdir())  # no directory made where the link points
+
+
+@needs_root
+def test_a_root_under_another_users_directory_is_refused(world: World) -> None:
+    parent = world.shared_root() / "nobodys"
+    as_nobody(f"mkdir -m 755 '{parent}'")  # its owner could swap the root for a link at will
+    with pytest.raises(UntrustedCacheError, match="nobodys on its path belongs to another user"):
+        trust.open_home(parent / "ext", create=True)
+    assert not (parent / "ext").exists()
+
+
+def test_a_root_under_a_non_sticky_directory_others_may_write_is_refused(tmp_path: Path) -> None:
+    parent = tmp_path / "open"
+    parent.mkdir()
+    parent.chmod(0o777)  # anyone may rename the root away and put a link in its place
+    with pytest.raises(UntrustedCacheError, match="may be written by others and is not sticky"):
+        trust.open_home(parent / "ext", create=True)
+    parent.chmod(0o1777)
+    os.close(trust.open_home(parent / "ext", create=True))
+
+
 # ------------------------------------------------------------------ our own directories
 @pytest.fixture
 def private_root(world: World) -> Path:

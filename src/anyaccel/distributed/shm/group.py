@@ -141,8 +141,13 @@ def load_kernel() -> ModuleType:
 def _local_problem() -> tuple[str, bool]:
     """Why this process cannot use shared memory ("" when it can), and whether that is a failure.
 
-    Raises :class:`InvalidSettingError` when :data:`SHM_ENV` is not an on/off value.
+    Raises :class:`InvalidSettingError` when :data:`SHM_ENV` or ``ANYACCEL_SHM_BACKEND`` is not
+    an on/off value (the latter matters only to ``init_distributed``, but a typo is said here
+    too, for a group made with ``init_process_group(backend="anyaccel_shm")``).
     """
+    from anyaccel.distributed.shm.backend import BACKEND_ENV  # (imports this module)
+
+    read_on_off(BACKEND_ENV)
     if read_on_off(SHM_ENV) is False:
         return f"disabled by {SHM_ENV}", False
     if not hasattr(os, "memfd_create"):

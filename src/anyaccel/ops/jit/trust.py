@@ -96,11 +96,11 @@ def open_home(root: Path, *, create: bool) -> int:
     """A descriptor of the verified directory builds go in under ``root`` (see ``build_home``).
 
     ``root`` may be reached through links the user configured, but must belong to the running
-    user or root; ``create`` makes what is missing. Raises ``UntrustedCacheError`` for a root or
+    user or root, and so must every directory and link on its path (``check_path_to``);
+    ``create`` makes what is missing. Raises ``UntrustedCacheError`` for a root or
     private directory another user could write, ``OSError`` when one is missing or unusable.
     """
-    if create:
-        os.makedirs(root, mode=PRIVATE_MODE, exist_ok=True)
+    check_path_to(root, create=create)
     with contextlib.suppress(OSError):
         link = os.lstat(root)
         if stat.S_ISLNK(link.st_mode) and link.st_uid not in trusted_uids():
@@ -121,6 +121,51 @@ def open_home(root: Path, *, create: bool) -> int:
         )
     finally:
         os.close(root_fd)
+
+
+def check_path_to(root: Path, *, create: bool) -> None:
+    """Refuse a ``root`` whose path another user could redirect; ``create`` makes what is missing.
+
+    Every directory above ``root``, as named and as resolved, must belong to the running user
+    or root and, if others may write it, be sticky; every link on the way must be theirs too.
+    Otherwise its owner could point the cache (and what is created for it) anywhere. Missing
+    directories are made one at a time (0700), each checked as soon as it exists.
+    """
+    absolute = Path(os.path.abspath(root))
+    for prefix in [*reversed(absolute.parents), absolute]:
+        try:
+            status = os.lstat(prefix)
+        except FileNotFoundError:
+            if not create:
+                return
+            with contextlib.suppress(FileExistsError):  # made meanwhile: checked below
+                os.mkdir(prefix, PRIVATE_MODE)
+            status = os.lstat(prefix)
+        if prefix == absolute:
+            break  # the root itself: checked through its descriptor by open_home
+        _check_on_path(root, prefix, status)
+    resolved = Path(os.path.realpath(absolute.parent))
+    for prefix in [*reversed(resolved.parents), resolved]:
+        _check_on_path(root, prefix, os.stat(prefix))
+
+
+def _check_on_path(root: Path, prefix: Path, status: os.stat_result) -> None:
+    """Refuse ``prefix`` above ``root`` when another user could change what it leads to."""
+    if stat.S_ISLNK(status.st_mode):
+        if status.st_uid not in trusted_uids():
+            reason = f"{prefix} on its path is a symbolic link {describe(status)}"
+            raise refusal(root, "root", reason)
+        return
+    if status.st_uid not in trusted_uids():
+        raise refusal(
+            root, "root", f"{prefix} on its path belongs to another user ({describe(status)})"
+        )
+    if status.st_mode & WRITABLE_BY_OTHERS and not status.st_mode & stat.S_ISVTX:
+        raise refusal(
+            root,
+            "root",
+            f"{prefix} on its path may be written by others and is not sticky ({describe(status)})",
+        )
 
 
 def open_directory(name: str, *, dir_fd: int, display: str | Path, what: str, create: bool) -> int:

@@ -1,0 +1,25 @@
+"""Fixed: a batch not moved to the model's device.
+
+The model is moved, the batch from the data loader is not: on the CPU both are already there.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from anyaccel import get_accelerator
+
+
+def main() -> None:
+    device = get_accelerator().current_device_name()
+    model = torch.nn.Linear(4, 2).to(device)
+    data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.randn(16, 2))
+    for x, y in torch.utils.data.DataLoader(data, batch_size=8):
+        x, y = x.to(device), y.to(device)  # fixed: the batch goes where the model is
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+    print(loss.item())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""Fixed: padding made on the CPU and concatenated to a device tensor.
+
+`torch.cat` takes tensors of one device; the padding came from `torch.full` without one.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from anyaccel import get_accelerator
+
+
+def main() -> None:
+    device = get_accelerator().current_device_name()
+    tokens = torch.randint(1, 9, (3, 5), device=device)
+    padding = tokens.new_full((3, 3), 0)  # fixed: same device and dtype as the tokens
+    print(torch.cat([tokens, padding], dim=1).shape)
+
+
+if __name__ == "__main__":
+    main()

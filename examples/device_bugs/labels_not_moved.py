@@ -1,0 +1,26 @@
+"""Bug: the labels not moved with the inputs.
+
+The loss mixes the model's output (on the device) with labels still on the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from anyaccel import get_accelerator
+
+#: The error a GPU gives (and the emulated device): its text holds this.
+EXPECTED_ERROR = "Expected all tensors to be on the same device"
+
+
+def main() -> None:
+    device = get_accelerator().current_device_name()
+    model = torch.nn.Linear(6, 3).to(device)
+    inputs, labels = torch.randn(8, 6), torch.randint(0, 3, (8,))
+    logits = model(inputs.to(device))
+    loss = torch.nn.functional.cross_entropy(logits, labels)  # BUG: labels on the CPU
+    print(loss.item())
+
+
+if __name__ == "__main__":
+    main()

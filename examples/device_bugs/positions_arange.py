@@ -1,0 +1,34 @@
+"""Bug: position ids from `torch.arange` without a device.
+
+The embedding table is on the device, the indices looked up in it are on the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from anyaccel import get_accelerator
+
+#: The error a GPU gives (and the emulated device): its text holds this.
+EXPECTED_ERROR = "Expected all tensors to be on the same device"
+
+
+class Embed(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens = torch.nn.Embedding(50, 16)
+        self.positions = torch.nn.Embedding(32, 16)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        where = torch.arange(ids.shape[1])  # BUG: no device
+        return self.tokens(ids) + self.positions(where)
+
+
+def main() -> None:
+    device = get_accelerator().current_device_name()
+    model = Embed().to(device)
+    print(model(torch.randint(0, 50, (2, 10), device=device)).sum().item())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The emulated accelerator's native core and its Python runtime (built only when installed)."""

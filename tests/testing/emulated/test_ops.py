@@ -1,0 +1,179 @@
+"""Ops on the emulated device: CPU kernels over device memory, results where torch puts them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from .worker import on_emulated
+
+
+@on_emulated()
+def test_a_factory_and_arithmetic_give_the_cpu_result_on_the_device() -> None:
+    result = torch.zeros(3, device="emu:0") + 1
+    assert result.device == torch.device("emu:0")
+    assert torch.equal(result.cpu(), torch.ones(3))
+
+
+@on_emulated()
+def test_a_view_shares_its_base_memory() -> None:
+    base = torch.arange(6.0, device="emu:1")
+    view = base.view(2, 3).t()
+    view.mul_(10)
+    assert view.device == torch.device("emu:1")
+    assert view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    assert torch.equal(base.cpu(), torch.arange(6.0) * 10)
+    assert view._base is base
+
+
+@on_emulated()
+def test_an_in_place_op_returns_its_input() -> None:
+    tensor = torch.ones(4, device="emu:0")
+    assert tensor.add_(2) is tensor
+    assert torch.equal(tensor.cpu(), torch.full((4,), 3.0))
+
+
+@on_emulated()
+def test_out_resizes_the_device_tensor_as_on_the_cpu() -> None:
+    out = torch.empty(0, device="emu:0")
+    result = torch.mul(torch.arange(5.0, device="emu:0"), 2, out=out)
+    assert result is out
+    assert out.shape == (5,) and out.device == torch.device("emu:0")
+    assert torch.equal(out.cpu(), torch.arange(5.0) * 2)
+
+
+@on_emulated()
+def test_resize_keeps_the_data_and_grows_the_storage() -> None:
+    tensor = torch.arange(4.0, device="emu:0")
+    tensor.resize_(2, 4)
+    assert tensor.shape == (2, 4)
+    assert torch.equal(tensor.cpu().flatten()[:4], torch.arange(4.0))
+    assert tensor.untyped_storage().nbytes() == 32
+
+
+@on_emulated()
+def test_a_multi_result_op_gives_device_tensors() -> None:
+    values, indices = torch.tensor([[3.0, 1.0], [0.0, 5.0]], device="emu:1").max(dim=1)
+    assert values.device == indices.device == torch.device("emu:1")
+    assert values.tolist() == [3.0, 5.0] and indices.tolist() == [0, 1]
+
+
+@on_emulated()
+def test_an_mlp_trains_with_losses_bit_equal_to_the_cpu() -> None:
+    def losses(device: str) -> list[float]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)
+        ).to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        generator = torch.Generator().manual_seed(1)
+        inputs = torch.randn(64, 16, generator=generator).to(device)
+        targets = torch.randint(0, 4, (64,), generator=generator).to(device)
+        seen = []
+        for _ in range(5):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            seen.append(loss.item())
+        assert all(p.device == torch.device(device) for p in model.parameters())
+        return seen
+
+    assert losses("emu:0") == losses("cpu")
+
+
+@on_emulated()
+def test_autograd_gives_the_cpu_gradients() -> None:
+    cpu = torch.randn(3, 4, generator=torch.Generator().manual_seed(2), requires_grad=True)
+    device = cpu.detach().to("emu:0").requires_grad_()
+    for leaf in (cpu, device):
+        (leaf.sin() @ leaf.t()).sum().backward()
+    assert device.grad is not None and device.grad.device == torch.device("emu:0")
+    assert torch.equal(device.grad.cpu(), cpu.grad)
+
+
+@on_emulated()
+def test_two_device_indices_in_one_op_raise_torchs_message() -> None:
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.cat([torch.ones(2, device="emu:0"), torch.ones(2, device="emu:1")])
+
+
+@on_emulated()
+def test_a_device_tensor_with_a_cpu_tensor_raises_torchs_message() -> None:
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.ones(2, device="emu:0") * torch.ones(2)
+
+
+@on_emulated()
+def test_a_zero_dim_cpu_tensor_joins_a_device_op_as_on_cuda() -> None:
+    result = torch.ones(2, device="emu:1") * torch.tensor(3.0)
+    assert result.device == torch.device("emu:1")
+    assert result.tolist() == [3.0, 3.0]
+
+
+@on_emulated()
+def test_to_and_copy_move_between_the_host_and_devices() -> None:
+    source = torch.arange(4.0)
+    on_zero = source.to("emu:0")
+    on_one = on_zero.to("emu:1", non_blocking=True)
+    back = torch.empty(4)
+    back.copy_(on_one, non_blocking=True)
+    assert on_one.device == torch.device("emu:1")
+    assert on_one.data_ptr() != on_zero.data_ptr()
+    assert torch.equal(back, source)
+    assert torch.equal(on_zero.emu(1).cpu(), source)  # the generated Tensor.<type>() method
+
+
+@on_emulated()
+def test_the_device_context_and_set_device_pick_where_factories_allocate() -> None:
+    with torch.emu.device(1):
+        assert torch.empty(1, device="emu").device == torch.device("emu:1")
+    assert torch.emu.current_device() == 0
+    torch.emu.set_device(1)
+    try:
+        assert torch.zeros(1, device="emu").device == torch.device("emu:1")
+    finally:
+        torch.emu.set_device(0)
+
+
+@on_emulated()
+def test_an_index_beyond_the_device_count_is_refused() -> None:
+    with pytest.raises(RuntimeError, match="Invalid device index 2 for emu"):
+        torch.empty(1, device="emu:2")
+
+
+@on_emulated()
+def test_a_structured_op_runs_the_cpus_own_kernel_without_warnings() -> None:
+    import warnings
+
+    a, b = torch.randn(4, 3), torch.randn(4, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the out= path would warn that it resized a non-empty out
+        loss = torch.nn.functional.mse_loss(a.to("emu:0"), b.to("emu:0"))
+    assert loss.shape == () and loss.item() == torch.nn.functional.mse_loss(a, b).item()
+
+
+@on_emulated()
+def test_convolution_forward_and_backward_give_the_cpus_results() -> None:
+    torch.manual_seed(0)
+    cpu = torch.nn.Conv2d(3, 4, 3)
+    device = torch.nn.Conv2d(3, 4, 3).to("emu:1")
+    device.load_state_dict(cpu.state_dict())
+    image = torch.randn(2, 3, 8, 8, requires_grad=True)
+    image_on_device = image.detach().to("emu:1").requires_grad_()
+    cpu(image).square().sum().backward()
+    out = device(image_on_device)
+    out.square().sum().backward()
+    assert out.device == torch.device("emu:1")
+    assert torch.equal(out.cpu(), cpu(image).detach())
+    assert image_on_device.grad is not None and cpu.weight.grad is not None
+    assert torch.equal(image_on_device.grad.cpu(), image.grad)
+    assert device.weight.grad is not None and device.bias.grad is not None
+    assert torch.equal(device.weight.grad.cpu(), cpu.weight.grad)
+
+
+@on_emulated()
+def test_an_op_with_a_composite_kernel_runs_the_cpus_kernel_bit_for_bit() -> None:
+    x = torch.randn(8, 33, generator=torch.Generator().manual_seed(3))
+    on_device = torch.nn.functional.layer_norm(x.to("emu:0"), (33,))
+    assert torch.equal(on_device.cpu(), torch.nn.functional.layer_norm(x, (33,)))
