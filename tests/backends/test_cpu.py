@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +13,7 @@ import torch
 
 from anyaccel.backends import cpu as cpu_module
 from anyaccel.backends.cpu import CpuAccelerator, numa_node_count
+from anyaccel.errors import InvalidSettingError
 
 
 @pytest.fixture
@@ -33,8 +38,60 @@ def test_execution_model_is_synchronous(acc: CpuAccelerator) -> None:
     assert acc.supports_nvtx_domain is False
 
 
-def test_communication_backend_is_gloo_without_oneccl(acc: CpuAccelerator) -> None:
+def test_communication_backend_is_anyaccel_shm_registered_when_asked_not_on_import() -> None:
+    # A fresh interpreter: `import anyaccel` registers nothing; asking names and registers it.
+    script = (
+        "import sys, anyaccel, torch.distributed as dist\n"
+        "before = 'ANYACCEL_SHM' in getattr(dist.Backend, '_plugins', {})\n"
+        "early = sorted(m for m in sys.modules if m.startswith('anyaccel.distributed'))\n"
+        "acc = anyaccel.get_accelerator()\n"
+        "names = [acc.communication_backend_name() for _ in range(2)]\n"
+        "print(before, early, names, dist.is_backend_available(names[0]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYACCEL_SHM_BACKEND", "WORLD_SIZE")}
+    env.update(DS_ACCELERATOR="cpu")
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[0] == "False [] ['anyaccel_shm', 'anyaccel_shm'] True"
+
+
+@pytest.mark.parametrize("value", ["0", "off", "False"])
+def test_anyaccel_shm_backend_off_names_gloo(
+    acc: CpuAccelerator, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("ANYACCEL_SHM_BACKEND", value)
     assert acc.communication_backend_name() == "gloo"
+
+
+def test_a_bad_anyaccel_shm_backend_is_refused_naming_it(
+    acc: CpuAccelerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "maybe")
+    with pytest.raises(InvalidSettingError, match="ANYACCEL_SHM_BACKEND='maybe'"):
+        acc.communication_backend_name()
+
+
+def test_ranks_on_several_nodes_get_gloo_and_on_one_node_anyaccel_shm(
+    acc: CpuAccelerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANYACCEL_SHM_BACKEND", raising=False)
+    torchrun = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "node0"}
+    for name, value in torchrun.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun --nnodes 2 --nproc-per-node 2
+    assert acc.communication_backend_name() == "gloo"
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert acc.communication_backend_name() == "anyaccel_shm"
+
+
+def test_the_name_is_resolved_from_the_distributed_layer() -> None:
+    # The string names a real function (a backend never imports anyaccel.distributed).
+    from anyaccel.distributed.shm import backend
+
+    module, _, attribute = cpu_module.CPU_COLLECTIVES.partition(":")
+    assert module == backend.__name__ and getattr(backend, attribute) is backend.cpu_backend_name
 
 
 def test_communication_backend_is_ccl_when_bindings_import(
@@ -360,3 +417,51 @@ def test_op_builder_lookups(acc: CpuAccelerator) -> None:
 def test_tensor_types_take_sizes_and_answer_isinstance(acc: CpuAccelerator) -> None:
     assert acc.FloatTensor(2).shape == (2,)
     assert isinstance(acc.FloatTensor([1.0]), acc.FloatTensor)
+
+
+def test_a_subclass_that_names_its_backend_keeps_it_and_one_that_does_not_gets_anyaccel_shm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ANYACCEL_SHM_BACKEND", raising=False)
+
+    class Named(CpuAccelerator):
+        def __init__(self) -> None:
+            super().__init__()
+            self._communication_backend_name = "gloo"  # a board's own choice, as DeepSpeed's
+
+    class Declared(CpuAccelerator):
+        _communication_backend_name = "gloo"
+
+    class Plain(CpuAccelerator):
+        pass
+
+    assert Named().communication_backend_name() == "gloo"
+    assert Declared().communication_backend_name() == "gloo"
+    assert Plain().communication_backend_name() == "anyaccel_shm"
+    # an accelerator sent to a spawned rank (Lightning pickles its strategy) still asks
+    sent = pickle.loads(pickle.dumps(CpuAccelerator()))
+    assert sent._communication_backend_name == "gloo"
+    assert sent.communication_backend_name() == "anyaccel_shm"
+
+
+def test_threads_asking_at_once_register_the_backend_once() -> None:
+    # torch refuses a second registration of one name: the first askers race for it here
+    script = (
+        "import threading, anyaccel\n"
+        "acc = anyaccel.get_accelerator()\n"
+        "names, go = [], threading.Barrier(8)\n"
+        "def ask():\n"
+        "    go.wait()\n"
+        "    names.append(acc.communication_backend_name())\n"
+        "threads = [threading.Thread(target=ask) for _ in range(8)]\n"
+        "[t.start() for t in threads]\n"
+        "[t.join() for t in threads]\n"
+        "print(sorted(set(names)), len(names))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYACCEL_SHM_BACKEND", "WORLD_SIZE")}
+    env.update(DS_ACCELERATOR="cpu")
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['anyaccel_shm'] 8"

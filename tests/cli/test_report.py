@@ -27,7 +27,7 @@ def test_report_shows_trace_and_summary() -> None:
     assert result.returncode == 0, result.stderr
     assert "accelerator: cpu" in result.stdout
     assert "cuda (torch CUDA/ROCm build)" in result.stdout
-    assert "communication_backend  gloo" in result.stdout
+    assert "communication_backend  anyaccel_shm" in result.stdout
     assert "CpuFallbackWarning" not in result.stderr
 
 

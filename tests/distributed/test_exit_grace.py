@@ -19,7 +19,9 @@ from anyaccel.distributed.exit_grace import (
     EXIT_GRACE_ENV,
     exit_grace_seconds,
     install_exit_grace,
+    pause_for_backend,
 )
+from anyaccel.distributed.shm.backend import BACKEND_NAME
 
 SRC = str(Path(exit_grace.__file__).resolve().parents[2])
 
@@ -110,3 +112,43 @@ def test_init_distributed_on_gloo_installs_the_pause_and_a_late_bad_value_never_
     assert result.returncode == 0, result.stderr[-2000:]
     assert DEFAULT_EXIT_GRACE_S * 0.9 <= _paused_for(result) < 1.4
     assert "Traceback" not in result.stderr
+
+
+def test_pause_for_backend_is_the_one_decision(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(exit_grace, "install_exit_grace", lambda: calls.append("x") or True)
+    for spec in ("gloo", "anyaccel_shm", "cpu:anyaccel_shm,cuda:nccl", "cuda:nccl,cpu:gloo"):
+        assert pause_for_backend(spec) is True, spec
+    for spec in ("nccl", "hccl", "ccl", "", "cuda:nccl"):
+        assert pause_for_backend(spec) is False, spec
+    assert calls == ["x"] * 4
+    assert BACKEND_NAME in exit_grace.CPU_BACKENDS  # the literal there is the backend's name
+
+
+def test_a_group_made_by_name_on_anyaccel_shm_pauses_at_exit_without_init_distributed() -> None:
+    # what DeepSpeed, Lightning or a ported script does: init_process_group on the name the
+    # accelerator gives; the backend's factory installs the pause, not init_distributed()
+    code = (
+        EXIT_LOGGER
+        + """
+    import time
+    import torch.distributed as dist
+    from anyaccel import get_accelerator
+    name = get_accelerator().communication_backend_name()
+    assert name == "anyaccel_shm", name
+    dist.init_process_group(backend=name, rank=0, world_size=1)
+    dist.destroy_process_group()
+    print(f"done at {time.monotonic():.3f}", flush=True)
+    """
+    )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    env = {EXIT_GRACE_ENV: "1.5", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+    result, _ = _run(code, env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert 1.4 <= _paused_for(result) < 2.9
+    asked_only = code.replace("dist.init_process_group", "0 and dist.init_process_group")
+    result, _ = _run(asked_only.replace("dist.destroy", "0 and dist.destroy"), env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert _paused_for(result) < 1.4  # asking alone installs nothing: no group, no pause

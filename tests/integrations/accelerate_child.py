@@ -19,6 +19,12 @@ from typing import Any
 warnings.simplefilter("ignore")
 
 
+def _group_backend() -> str | None:
+    import torch.distributed as dist
+
+    return dist.get_backend() if dist.is_initialized() else None
+
+
 def _state() -> dict[str, Any]:
     from accelerate.state import PartialState
 
@@ -28,6 +34,7 @@ def _state() -> dict[str, Any]:
         "num_processes": shared["num_processes"],
         "process_index": shared["process_index"],
         "backend": shared["backend"],
+        "group_backend": _group_backend(),
         "device": str(shared["device"]),
     }
 
@@ -38,11 +45,14 @@ def _run_script(name: str) -> dict[str, Any]:
     One script per job: both end by destroying the process group, and a second
     ``init_process_group`` in the same torchrun job can hang on torchrun's store.
     """
+    from accelerate.state import PartialState
     from accelerate.test_utils.scripts import test_ops, test_script
 
+    PartialState()  # the state the script's Accelerator shares: read its group before the end
+    group = _group_backend()
     (test_ops if name == "ops" else test_script).main()
     print(f"=== {name} passed", flush=True)
-    return {name: _state()}
+    return {name: {**_state(), "group_backend": group}}
 
 
 def _train() -> dict[str, Any]:

@@ -78,7 +78,9 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--only", nargs="*", help="config names to run (default: all)")
-    parser.add_argument("--dist-backend", default="gloo", help="gloo, or anyaccel_shm")
+    parser.add_argument(
+        "--dist-backend", default="gloo", help="gloo, or 'asked': the accelerator's answer"
+    )
     args = parser.parse_args()
     warnings.simplefilter("ignore")
 
@@ -89,9 +91,10 @@ def main() -> None:
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
-    if args.dist_backend == "anyaccel_shm":
-        import anyaccel.distributed  # noqa: F401  (registers the backend with torch)
-    deepspeed.init_distributed(dist_backend=args.dist_backend)
+    if args.dist_backend == "asked":  # as users call it: get_accelerator() names the backend
+        deepspeed.init_distributed()
+    else:
+        deepspeed.init_distributed(dist_backend=args.dist_backend)
     backend = torch.distributed.get_backend()
     losses = {}
     for stage, dtype, offload in CONFIGS:

@@ -143,7 +143,8 @@ def _assert_two_multi_cpu_ranks(states: list[dict[str, Any]]) -> None:
     for state in states:
         assert state["distributed_type"] == "MULTI_CPU", state
         assert state["num_processes"] == 2, state
-        assert state["backend"] == "gloo", state
+        # the accelerator's backend, not accelerate's gloo, with nothing named by the job
+        assert (state["backend"], state["group_backend"]) == ("anyaccel_shm",) * 2, state
 
 
 @pytest.mark.slow
@@ -166,7 +167,7 @@ def test_accelerates_test_script_passes_on_two_multi_cpu_ranks(jobs: Jobs) -> No
         assert result["installed_distributed_type"] == "MULTI_CPU"
         # the script prints its AcceleratorState on every rank
         assert (
-            "Distributed environment: DistributedType.MULTI_CPU  Backend: gloo\n"
+            "Distributed environment: DistributedType.MULTI_CPU  Backend: anyaccel_shm\n"
             f"Num processes: 2\nProcess index: {rank}\n"
         ) in output
     assert "**Training integration test**" in ranks[0][0]
@@ -391,9 +392,15 @@ def test_install_under_a_launcher_pauses_at_exit_for_gloo_and_refuses_a_bad_paus
     integration.uninstall()
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert integration.install(CpuAccelerator()).backend == "gloo"  # MULTI_CPU: DDP on gloo
+    # MULTI_CPU: DDP on anyaccel_shm (a gloo group inside), or gloo where it is turned off
+    assert integration.install(CpuAccelerator()).backend == "anyaccel_shm"
     assert calls == ["x"]  # torch's gloo exit abort: see anyaccel.distributed.exit_grace
     integration.uninstall()
+    monkeypatch.setenv("ANYACCEL_SHM_BACKEND", "0")
+    assert integration.install(CpuAccelerator()).backend == "gloo"
+    assert calls == ["x", "x"]
+    integration.uninstall()
+    monkeypatch.delenv("ANYACCEL_SHM_BACKEND")
     monkeypatch.setattr(exit_grace, "install_exit_grace", real)  # a malformed value now:
     monkeypatch.setenv(exit_grace.EXIT_GRACE_ENV, "soon")
     with pytest.raises(DistributedSetupError, match=exit_grace.EXIT_GRACE_ENV):
@@ -434,7 +441,11 @@ def test_explain_under_torchrun_shows_accelerate_alone_runs_one_process(
         1,
     )
     after = explanation.after_install
-    assert (after.distributed_type, after.num_processes, after.backend) == ("MULTI_CPU", 2, "gloo")
+    assert (after.distributed_type, after.num_processes, after.backend) == (
+        "MULTI_CPU",
+        2,
+        "anyaccel_shm",
+    )
     assert "MULTI_CPU" in explanation.format()
     assert not PartialState._shared_state  # explain() builds no state
 

@@ -2,10 +2,11 @@
 
 Two ``torchrun --nproc-per-node 2`` launches (gloo), one per accelerator, each running every
 configuration (ZeRO 0-3, fp32 and bf16, with and without CPU optimizer offload) for 20 steps;
-the losses must be equal step for step. Two more launches run ZeRO-2 and ZeRO-3 on gloo and on
-the ``anyaccel_shm`` backend: their losses must be equal. DeepSpeed's CPU Adam is built just in
-time on first use: ``ANYACCEL_DEEPSPEED_EXTENSIONS_DIR`` (or ``TORCH_EXTENSIONS_DIR``) keeps
-that build.
+the losses must be equal step for step. Two more launches run ZeRO-2 and ZeRO-3 with
+``deepspeed.init_distributed()`` naming no backend, as users call it: anyaccel's CPU answers
+``anyaccel_shm``, and gloo with ``ANYACCEL_SHM_BACKEND=0``; their losses must be equal.
+DeepSpeed's CPU Adam is built just in time on first use: ``ANYACCEL_DEEPSPEED_EXTENSIONS_DIR``
+(or ``TORCH_EXTENSIONS_DIR``) keeps that build.
 """
 
 from __future__ import annotations
@@ -37,9 +38,12 @@ def _free_port() -> int:
 
 
 def _launch(
-    ds_python: str, out: Path, accelerator: str, extra: list[str]
+    ds_python: str, out: Path, accelerator: str, extra: list[str], shm_setting: str | None
 ) -> subprocess.Popen[bytes]:
     env = dict(child_env(), DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
+    env.pop("ANYACCEL_SHM_BACKEND", None)
+    if shm_setting is not None:
+        env["ANYACCEL_SHM_BACKEND"] = shm_setting
     command = [
         ds_python, "-m", "torch.distributed.run", "--nproc-per-node", "2",
         "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
@@ -54,12 +58,12 @@ def _launch(
 def shm_runs(
     ds_python: str, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, dict[str, object]]:
-    """ZeRO-2/3 on anyaccel's accelerator, over gloo and over anyaccel_shm, at once."""
+    """ZeRO-2/3 on anyaccel's accelerator naming no backend, as it comes and with gloo kept."""
     out_dir = tmp_path_factory.mktemp("deepspeed_shm_runs")
     launches = {
         backend: _launch(ds_python, out_dir / backend, "anyaccel",
-                         ["--dist-backend", backend, "--only", *SHM_CONFIGS])
-        for backend in ("gloo", "anyaccel_shm")
+                         ["--dist-backend", "asked", "--only", *SHM_CONFIGS], setting)
+        for backend, setting in (("gloo", "0"), ("anyaccel_shm", None))
     }  # fmt: skip
     results = {}
     for backend, process in launches.items():
@@ -76,7 +80,7 @@ def shm_runs(
 
 
 @pytest.mark.parametrize("name", SHM_CONFIGS)
-def test_zero_on_the_shared_memory_backend_gives_gloos_losses(
+def test_zero_asking_the_accelerator_gets_anyaccel_shm_with_gloos_losses(
     name: str, shm_runs: dict[str, dict[str, Any]]
 ) -> None:
     assert [shm_runs[b]["backend"] for b in ("gloo", "anyaccel_shm")] == ["gloo", "anyaccel_shm"]

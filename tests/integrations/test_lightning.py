@@ -10,6 +10,7 @@ the import's failure cases. The one-process fits and the bad-input tests run in 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pickle
@@ -53,7 +54,9 @@ def _free_port() -> int:
 def _env(backend: str) -> dict[str, str]:
     """Ours first, then this run's PYTHONPATH (which may hold another Lightning than installed)."""
     path = os.pathsep.join(p for p in (ANYACCEL_SRC, os.environ.get("PYTHONPATH", "")) if p)
-    return dict(os.environ, PYTHONPATH=path, DS_ACCELERATOR=backend, OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=path, DS_ACCELERATOR=backend, OMP_NUM_THREADS="1")
+    env.pop("ANYACCEL_SHM_BACKEND", None)  # the default: anyaccel_shm on CPU ranks
+    return env
 
 
 class _Child:
@@ -80,15 +83,20 @@ class _Child:
         return output
 
 
+def _torchrun() -> list[str]:
+    """``torchrun --nproc-per-node 2`` on a port of its own."""
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+    ]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def children(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, _Child]]:
     """Start both child runs at once."""
     out = tmp_path_factory.mktemp("lightning")
     (out / "ddp").mkdir()
-    torchrun = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-    ]  # fmt: skip
+    torchrun = _torchrun()
     train = str(HERE / "lightning_train.py")
     simulated = [sys.executable, str(HERE / "lightning_simulated.py")]
     standalone = [sys.executable, train, "--standalone-only"]
@@ -98,8 +106,18 @@ def children(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, _Ch
         "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
         str(HERE / "lightning_fallback.py"), "fallback",
     ]  # fmt: skip
+    sync = str(HERE / "lightning_sync_dist.py")
+    for name in ("sync_shm", "sync_gloo"):
+        (out / name).mkdir()
     started = {
         "ddp": _Child("ddp", [*torchrun, train, "ddp"], _env("cpu"), out),
+        "sync_shm": _Child("sync_shm", [*_torchrun(), sync, "sync_shm"], _env("cpu"), out),
+        "sync_gloo": _Child(
+            "sync_gloo",
+            [*_torchrun(), sync, "sync_gloo"],
+            {**_env("cpu"), "ANYACCEL_SHM_BACKEND": "0"},
+            out,
+        ),
         "fallback": _Child("fallback", fallback, _env("cpu"), out),
         "standalone": _Child("standalone", standalone, _env("cpu"), out),
         "simulated": _Child("simulated", simulated, _env("mlu"), out),
@@ -178,7 +196,8 @@ def test_ddp_fit_under_torchrun_equals_across_ranks_and_lightnings_cpu(
     assert [r["strategy"] for r in ranks] == [
         "AnyDDPStrategy" if api == "trainer" else "AnyFabricDDPStrategy"
     ] * 2
-    assert [(r["backend"], r["world_size"]) for r in ranks] == [("gloo", 2)] * 2
+    # anyaccel_shm without naming it (the accelerator's answer), with Lightning's CPU's weights
+    assert [(r["backend"], r["world_size"]) for r in ranks] == [("anyaccel_shm", 2)] * 2
     assert ranks[0]["weights"] == ranks[1]["weights"]
     assert ranks[0]["weights"] == ddp[0][api]["cpu"]["weights"] == ddp[1][api]["cpu"]["weights"]
     # Two ranks saw different batches than one process did: the DDP run really synchronised.
@@ -209,6 +228,29 @@ def test_the_standalone_packages_alone_fit_as_lightnings_cpu(
         assert ours["root_device"] == "cpu" and ours["weights"] == theirs["weights"]
 
 
+def test_sync_dist_logs_int_and_float_metrics_on_anyaccel_shm_as_on_gloo(
+    children: dict[str, _Child],
+) -> None:
+    # mean, sum and max of int64 counts and float losses, in training and validation (which
+    # Lightning runs under inference_mode on any backend not named "gloo")
+    fast, gloo = _ranks(children["sync_shm"], 2), _ranks(children["sync_gloo"], 2)
+    assert [r["backend"] for r in fast] == ["anyaccel_shm"] * 2
+    assert [r["backend"] for r in gloo] == ["gloo"] * 2
+    names = set(fast[0]["metrics"])
+    for stage, kind, fx in itertools.product(("train", "val"), ("int", "float"), FXS):
+        assert f"{stage}_{kind}_{fx}_epoch" in names  # validation keeps no _step at the end
+        assert stage == "val" or f"{stage}_{kind}_{fx}_step" in names
+    for ours, theirs in zip(fast, gloo, strict=True):
+        assert ours["metrics"] == theirs["metrics"] == fast[0]["metrics"]
+        # the strategy's reduce of an int64 (sync_dist's call): ReduceOp.AVG on anyaccel_shm,
+        # Lightning's SUM-then-divide on gloo; both truncate: (1 + 4) / 2 is 2
+        assert ours["reduced"] == theirs["reduced"]
+        assert ours["reduced"][0] == [2, "torch.int64"]
+
+
+FXS = ("mean", "sum", "max")
+
+
 # ---------------------------------------------------------------------- the public helper
 @pytest.mark.parametrize("api", ["trainer", "fabric"])
 def test_the_public_helper_trains_as_lightnings_cpu_in_one_process_and_ddp(
@@ -219,7 +261,7 @@ def test_the_public_helper_trains_as_lightnings_cpu_in_one_process_and_ddp(
     assert one["weights"] == single[api]["cpu"]["weights"]
     ranks = [result[api]["helper"] for result in ddp]
     assert [(r["strategy"].endswith("DDPStrategy"), r["backend"]) for r in ranks] == [
-        (True, "gloo")
+        (True, "anyaccel_shm")
     ] * 2
     assert ranks[0]["weights"] == ranks[1]["weights"] == ddp[0][api]["cpu"]["weights"]
 
@@ -259,7 +301,7 @@ def test_without_hooks_the_public_helper_trains_ddp_as_lightnings_cpu(
     prefix = {"lightning": "LIGHTNING.", "pytorch_lightning": "PYTORCH_LIGHTNING."}[package]
     for run in ranks:
         assert run["helper"]["classes"][1].startswith(prefix + "Any")
-        assert (run["helper"]["backend"], run["helper"]["world_size"]) == ("gloo", 2)
+        assert (run["helper"]["backend"], run["helper"]["world_size"]) == ("anyaccel_shm", 2)
     assert ranks[0]["helper"]["weights"] == ranks[1]["helper"]["weights"]
     assert ranks[0]["helper"]["weights"] == ranks[0]["cpu"]["weights"]
 
@@ -453,12 +495,13 @@ def test_ddp_on_cpu_ranks_pauses_at_exit_and_on_an_accelerator_does_not(
     integration: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[str] = []
-    import anyaccel.integrations.lightning.classes as classes
 
-    monkeypatch.setattr(classes, "install_exit_grace", lambda: calls.append("x") or True)
+    import anyaccel.distributed.exit_grace as exit_grace
+
+    monkeypatch.setattr(exit_grace, "install_exit_grace", lambda: calls.append("x") or True)
     for strategy in (integration.AnyDDPStrategy, integration.AnyFabricDDPStrategy):
         cpu = strategy(accelerator=integration.AnyAccelerator())
-        assert cpu._get_process_group_backend() == "gloo"
+        assert cpu._get_process_group_backend() == "anyaccel_shm"
         with simulate_cuda(device_count=2):
             gpus = strategy(accelerator=integration.AnyAccelerator(CudaAccelerator()))
             assert gpus._get_process_group_backend() == "nccl"
@@ -773,7 +816,7 @@ def test_trainer_kwargs_returns_anyaccels_objects(integration: Any) -> None:
     assert type(kwargs["accelerator"]) is integration.AnyAccelerator
     assert type(kwargs["strategy"]) is integration.AnyDDPStrategy
     assert kwargs["strategy"]._start_method == "spawn"
-    assert kwargs["strategy"].process_group_backend == "gloo"
+    assert kwargs["strategy"].process_group_backend == "anyaccel_shm"
     [plugin] = kwargs["plugins"]
     assert (type(plugin), plugin.device) == (integration.AnyMixedPrecision, "cpu")
     fabric = integration.fabric_kwargs(devices=1, precision="32-true")

@@ -1,7 +1,10 @@
 """cpu: the host processor, and the fallback when no accelerator is found.
 
 Runtime: torch itself. Collectives: ``ccl`` when ``oneccl_bindings_for_pytorch`` imports,
-else ``gloo``. Device strings are always ``'cpu'``: an index is a local rank, not a device.
+else ``anyaccel_shm`` (shared memory on one node, gloo inside for the rest; registered with
+``torch.distributed`` when asked) unless ``ANYACCEL_SHM_BACKEND=0``, the ranks span nodes or
+the platform lacks it, then ``gloo``. Device strings are always ``'cpu'``: an index is a
+local rank, not a device.
 The device count is ``LOCAL_SIZE`` or the number of NUMA nodes, read once. Memory figures
 are the process's resident set and the operating system's (cgroup-limited) memory.
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib
 import os
 import re
 from pathlib import Path
@@ -20,9 +24,12 @@ import torch
 from anyaccel.abstract import Accelerator, InstanceDefault
 from anyaccel.probe import ProbeOutcome, package_installed
 
-__all__ = ["CpuAccelerator", "numa_node_count", "probe"]
+__all__ = ["CpuAccelerator", "DefaultGloo", "numa_node_count", "probe"]
 
 _NODE_DIR = Path("/sys/devices/system/node")
+#: Decides gloo or anyaccel_shm and registers the latter: named, not imported, because a
+#: backend never imports ``anyaccel.distributed`` (docs/architecture.md); resolved only here.
+CPU_COLLECTIVES = "anyaccel.distributed.shm.backend:cpu_backend_name"
 
 
 def probe() -> ProbeOutcome:
@@ -78,6 +85,16 @@ def _cgroup_memory_limit() -> int | None:
     return None
 
 
+class DefaultGloo(str):
+    """``"gloo"`` as :class:`CpuAccelerator`'s own default, told apart from a subclass's "gloo".
+
+    Only this value is replaced by the fast backend's decision; it equals ``"gloo"`` and
+    pickles as itself (an accelerator sent to a spawned rank keeps it).
+    """
+
+    __slots__ = ()
+
+
 class CpuAccelerator(Accelerator):
     """The host CPU as an accelerator: synchronous, one memory, ranks as device indices."""
 
@@ -86,9 +103,11 @@ class CpuAccelerator(Accelerator):
     visible_devices_env_names = ("CUDA_VISIBLE_DEVICES",)
     export_env_prefixes = ()
 
-    #: ``ccl`` where oneCCL's bindings import, else ``gloo`` (a subclass's own value wins).
+    #: ``ccl`` where oneCCL's bindings import, else ``gloo`` (a subclass's own value wins);
+    #: ``communication_backend_name()`` answers ``anyaccel_shm`` for this ``gloo`` where it
+    #: applies.
     _communication_backend_name: InstanceDefault[str] = InstanceDefault(
-        lambda self: "ccl" if ccl_backend_available() else "gloo"
+        lambda self: "ccl" if ccl_backend_available() else DefaultGloo("gloo")
     )
     #: ``LOCAL_SIZE`` or the NUMA node count, read once (after construction without ``__init__``).
     _device_count: InstanceDefault[int] = InstanceDefault(
@@ -144,6 +163,22 @@ class CpuAccelerator(Accelerator):
     def is_available(self) -> bool:
         """Always true."""
         return True
+
+    def communication_backend_name(self) -> str:
+        """``ccl`` with oneCCL; else ``anyaccel_shm`` (registered now) where it applies, or gloo.
+
+        A subclass's own ``_communication_backend_name`` is answered as it is.
+
+        Where it applies: ``ANYACCEL_SHM_BACKEND`` not 0, a Linux ``memfd_create``, ranks on
+        one node (the launcher's variables) and a torch that registers backends; raises
+        ``InvalidSettingError`` naming a bad ``ANYACCEL_SHM_BACKEND``.
+        """
+        native = self._communication_backend_name
+        if type(native) is not DefaultGloo:  # ccl, or a subclass's own value
+            return native
+        module, _, attribute = CPU_COLLECTIVES.partition(":")
+        name: str = getattr(importlib.import_module(module), attribute)()
+        return name
 
     # ------------------------------------------------------------------ RNG
     def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> None:

@@ -10,15 +10,17 @@
   accelerator and ``None`` on the CPU; ``local_process_count()`` is a node's process count,
   never 0 (what ``anyaccel port`` writes for ``device_ids=[i]`` and ``torch.cuda.device_count()``);
 - ``exit_grace``: ``install_exit_grace()`` pauses briefly at interpreter exit so torch's gloo
-  workers finish first (else a rank can die with SIGABRT after its work is done);
+  workers finish first (else a rank can die with SIGABRT after its work is done), and
+  ``pause_for_backend()`` decides which groups get it;
 - ``binding``: ``bind_cores()`` splits the node's CPU cores among the local ranks, NUMA-aware;
 - ``shm``: ``all_reduce()`` sums CPU tensors through shared memory when every rank shares the
   node, and ``ddp_comm_hook`` puts DDP's gradients through it; the ``torch.distributed``
-  backend ``"anyaccel_shm"`` (registered on import) gives every caller of torch the same.
+  backend ``"anyaccel_shm"`` (registered on import, or when the CPU accelerator is asked for
+  its backend, which names it) gives every caller of torch the same.
 
 Imports point one way: ``errors`` at the bottom, then ``environment`` and ``exit_grace``, then
 ``devices``, ``binding`` and ``placement``, then ``process_group``; ``shm`` needs only
-``errors`` (and the kernel in ``ops``).
+``errors``, ``environment`` and ``exit_grace`` (and the kernel in ``ops``).
 ``launch`` and ``allreduce`` are the old module paths, kept as re-exports.
 """
 

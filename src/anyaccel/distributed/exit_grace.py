@@ -5,8 +5,10 @@ interpreter finalises; the release needs the GIL, CPython ends the thread inside
 destructor, and the process dies with "terminate called without an active exception"
 (SIGABRT) after the work is done. It is torch's hazard (a plain DDP script on gloo hits it),
 more likely on a loaded host. Pausing at exit, with the GIL released, lets the workers finish
-first. Installed where anyaccel sets up CPU collectives: ``init_distributed()`` on gloo or
-anyaccel_shm, and ``ddp_device_ids()``/``ddp_output_device()`` on the CPU.
+first. Whether a backend gets the pause is decided here alone (:func:`pause_for_backend`), and
+asked wherever a CPU group is made: the ``anyaccel_shm`` factory (every caller of
+``init_process_group``), ``init_distributed()``, the Lightning strategies, accelerate's
+``install()``; and ``ddp_device_ids()``/``ddp_output_device()`` on the CPU.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ import time
 from anyaccel.distributed.errors import DistributedSetupError
 from anyaccel.forksafe import ForkSafeLock
 
-__all__ = ["DEFAULT_EXIT_GRACE_S", "EXIT_GRACE_ENV", "exit_grace_seconds", "install_exit_grace"]
+__all__ = [
+    "CPU_BACKENDS",
+    "DEFAULT_EXIT_GRACE_S",
+    "EXIT_GRACE_ENV",
+    "backend_names",
+    "exit_grace_seconds",
+    "install_exit_grace",
+    "pause_for_backend",
+]
 
 #: Seconds to pause at exit; 0 turns the pause off.
 EXIT_GRACE_ENV = "ANYACCEL_EXIT_GRACE"
@@ -27,6 +37,8 @@ EXIT_GRACE_ENV = "ANYACCEL_EXIT_GRACE"
 DEFAULT_EXIT_GRACE_S = 0.2
 #: Longer than this is a typo, not a grace period.
 _MAX_GRACE_S = 60.0
+#: The process-group backends whose jobs run gloo workers on CPU tensors, so get the pause.
+CPU_BACKENDS = frozenset({"gloo", "anyaccel_shm"})
 
 _lock = ForkSafeLock()
 _installed = False
@@ -68,6 +80,22 @@ def install_exit_grace() -> bool:
             atexit.register(_pause_at_exit)
             _installed = True
     return True
+
+
+def backend_names(spec: str) -> list[str]:
+    """The backends a spec names: ``"gloo"``, or each of ``"cpu:gloo,cuda:nccl"``."""
+    return [part.rpartition(":")[2].strip() for part in spec.split(",") if part.strip()]
+
+
+def pause_for_backend(spec: str) -> bool:
+    """Install the pause when ``spec`` names a CPU backend (:data:`CPU_BACKENDS`); else False.
+
+    The one place that decides which groups get the pause. Raises like
+    :func:`install_exit_grace` when ``EXIT_GRACE_ENV`` is malformed.
+    """
+    if not CPU_BACKENDS & {name.lower() for name in backend_names(spec)}:
+        return False
+    return install_exit_grace()
 
 
 def _pause_at_exit() -> None:

@@ -24,12 +24,12 @@ from anyaccel.distributed.binding import bind_cores as apply_binding
 from anyaccel.distributed.devices import select_device_index
 from anyaccel.distributed.environment import DEFAULT_MASTER_PORT, LaunchInfo, launch_info
 from anyaccel.distributed.errors import DistributedSetupError
-from anyaccel.distributed.exit_grace import install_exit_grace
+from anyaccel.distributed.exit_grace import CPU_BACKENDS, backend_names, pause_for_backend
 from anyaccel.distributed.shm.backend import (
     BACKEND_ENV,
     BACKEND_NAME,
+    cpu_backend_choice,
     register_backend,
-    shm_backend_wanted,
 )
 from anyaccel.errors import InvalidSettingError
 
@@ -56,31 +56,18 @@ def cpu_collectives() -> str:
     if _choice and dist.is_available() and dist.is_initialized():
         return f"{_choice['backend']} ({_choice['reason']}; chosen by init_distributed)"
     try:
-        wanted, why = shm_backend_wanted()
+        backend, why = cpu_backend_choice()
     except InvalidSettingError as exc:
         return f"none: init_distributed() will refuse the setting ({exc})"
-    if wanted:
-        try:
-            register_backend()
-        except DistributedSetupError as exc:
-            wanted, why = False, str(exc)
-    return f"{BACKEND_NAME if wanted else 'gloo'} ({why})"
+    return f"{backend} ({why})"
 
 
 def _default_backend(accelerator_name: str, native: str, info: LaunchInfo, shm: bool | None) -> str:
     """The backend to use when the caller names none: anyaccel_shm for CPU ranks on one node."""
-    if accelerator_name != "cpu" or native != "gloo":
+    if accelerator_name != "cpu" or native not in ("gloo", BACKEND_NAME):
         _choice.update(backend=native, reason=f"the {accelerator_name} accelerator's backend")
         return native
-    wanted, why = shm_backend_wanted(shm)
-    if wanted and info.local_world_size < info.world_size:
-        wanted, why = False, "the ranks span more than one node"
-    if wanted:
-        try:
-            register_backend()
-        except DistributedSetupError as exc:
-            wanted, why = False, str(exc)
-    backend = BACKEND_NAME if wanted else native
+    backend, why = cpu_backend_choice(shm, info.local_world_size < info.world_size)
     _choice.update(backend=backend, reason=why)
     logger.info("init_distributed: CPU collectives on %s (%s)", backend, why)
     return backend
@@ -100,14 +87,9 @@ BACKEND_REMEDIES: dict[str, str] = {
 }
 
 
-def _backend_names(backend: str) -> list[str]:
-    """The backends a spec names: ``"gloo"``, or each of ``"cpu:gloo,cuda:nccl"``."""
-    return [part.rpartition(":")[2].strip() for part in backend.split(",") if part.strip()]
-
-
 def _backend_available(backend: str) -> bool:
     """Whether every backend ``backend`` names (one, or a device-mapped list) can run here."""
-    names = _backend_names(backend)
+    names = backend_names(backend)
     return bool(names) and all(_one_backend_available(name) for name in names)
 
 
@@ -203,10 +185,10 @@ def init_distributed(
             raise
     else:
         _choice.update(backend=backend, reason="backend= given")
-    if BACKEND_NAME in _backend_names(backend):
+    if BACKEND_NAME in backend_names(backend):
         register_backend()
     if not _backend_available(backend):
-        missing = [n for n in _backend_names(backend) if not _one_backend_available(n)] or [backend]
+        missing = [n for n in backend_names(backend) if not _one_backend_available(n)] or [backend]
         remedy = "; ".join(
             BACKEND_REMEDIES.get(name, f"install the package that provides {name!r}")
             for name in missing
@@ -215,8 +197,7 @@ def init_distributed(
             f"collective backend {backend!r} (for accelerator {accelerator._name!r}) is not "
             f"available in this process: {remedy}; or pass backend='gloo' for CPU collectives"
         )
-    if {"gloo", BACKEND_NAME} & set(_backend_names(backend)):
-        install_exit_grace()  # see anyaccel.distributed.exit_grace
+    pause_for_backend(backend)  # see anyaccel.distributed.exit_grace
     device_index = select_device_index(info, accelerator) if set_device else None
     if bind_cores or core_list is not None:
         apply_binding(info.local_rank, info.local_world_size, core_list=core_list)
@@ -232,7 +213,7 @@ def init_distributed(
     if device_index is not None:
         accelerator.set_device(device_index)
     kwargs: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
-    if info.world_size > 1 and {"gloo", BACKEND_NAME} & set(_backend_names(backend)):
+    if info.world_size > 1 and CPU_BACKENDS & set(backend_names(backend)):
         kwargs["store"] = _agreed_store(backend, info, timeout)
     else:
         kwargs["init_method"] = "env://"

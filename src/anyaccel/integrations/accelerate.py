@@ -326,6 +326,11 @@ def _plan(accelerator: Accelerator, environ: Mapping[str, str], device: str) -> 
     if device_type == "cpu":
         env = {**environ, _USE_CPU: "true"}
         expected = _accelerate_choice(env, cpu=True)
+        fast = accelerator.communication_backend_name()
+        if expected.backend == "gloo" and fast != "gloo":
+            # MULTI_CPU's gloo, made by _join_on_the_cpus_backend before accelerate makes it
+            how = f"{expected.how}; the process group made by anyaccel on {fast}"
+            expected = FrameworkChoice(**{**asdict(expected), "backend": fast, "how": how})
         return _Plan("cpu", {_USE_CPU: "true"}, True, expected)
     if not launched:
         env = {**environ, _TORCH_DEVICE: device}
@@ -440,10 +445,39 @@ def _patch_partial_state_cpu() -> None:
 
     @functools.wraps(original)
     def __init__(self: Any, cpu: bool = False, **kwargs: Any) -> None:
+        _join_on_the_cpus_backend(kwargs)
         original(self, True, **kwargs)  # anyaccel chose the CPU: see install()
+        if self.backend == "gloo" and _group_backend() not in (None, "gloo"):
+            self.backend = _group_backend()  # the group's real backend: anyaccel_shm
 
     _original_init = original
     partial_state.__init__ = __init__
+
+
+def _join_on_the_cpus_backend(kwargs: Mapping[str, Any]) -> None:
+    """Make MULTI_CPU's process group on the CPU's backend (anyaccel_shm) before accelerate would.
+
+    accelerate names ``"gloo"`` for every MULTI_CPU job and refuses another ``backend=``, but
+    uses a group that already exists: ``init_distributed()`` makes it (any launcher accelerate
+    reads, ``timeout=`` as accelerate would pass it). Nothing when the plan is gloo (across
+    nodes, ``ANYACCEL_SHM_BACKEND=0``), not MULTI_CPU, or a group exists.
+    """
+    plan = _installation
+    if plan is None or plan.distributed_type != "MULTI_CPU" or plan.backend in (None, "gloo"):
+        return
+    import torch.distributed as dist
+
+    from anyaccel.distributed import init_distributed
+
+    if not dist.is_initialized():
+        init_distributed(backend=plan.backend, timeout=kwargs.get("timeout"), set_device=False)
+
+
+def _group_backend() -> str | None:
+    """The default process group's backend, None without one."""
+    import torch.distributed as dist
+
+    return str(dist.get_backend()) if dist.is_available() and dist.is_initialized() else None
 
 
 def _unpatch_partial_state() -> None:
@@ -494,11 +528,10 @@ def install(accelerator: Accelerator | None = None) -> Installation:
                     f"transformers' TrainingArguments will still pick {after.device!r} by "
                     f"{after.how}, not anyaccel's {plan.device!r}: {fix}."
                 )
-        if plan.expected.backend == "gloo":
-            # accelerate's MULTI_CPU runs DDP on gloo: see anyaccel.distributed.exit_grace
-            from anyaccel.distributed.exit_grace import install_exit_grace
+        # accelerate's MULTI_CPU runs DDP on gloo: see anyaccel.distributed.exit_grace
+        from anyaccel.distributed.exit_grace import pause_for_backend
 
-            install_exit_grace()  # a malformed ANYACCEL_EXIT_GRACE is refused before any change
+        pause_for_backend(plan.expected.backend or "")  # a bad ANYACCEL_EXIT_GRACE: refused now
         if current is not None:  # every check passed: only now is the earlier one undone
             uninstall()
         previous = {name: os.environ.get(name) for name in plan.environment}

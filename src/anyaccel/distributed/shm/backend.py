@@ -33,7 +33,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from anyaccel.distributed.environment import launch_info
 from anyaccel.distributed.errors import CollectiveError, DistributedSetupError
+from anyaccel.distributed.exit_grace import pause_for_backend
 from anyaccel.distributed.shm.group import ShmGroup, adopt, announce_fallback, set_up_segment
 from anyaccel.distributed.shm.reduction import (
     DTYPE_CODES,
@@ -42,6 +44,7 @@ from anyaccel.distributed.shm.reduction import (
     op_code,
     premultiplied,
 )
+from anyaccel.forksafe import ForkSafeLock
 from anyaccel.settings import read_on_off
 
 __all__ = [
@@ -51,6 +54,8 @@ __all__ = [
     "NATIVE",
     "ShmProcessGroup",
     "backend_registered",
+    "cpu_backend_choice",
+    "cpu_backend_name",
     "register_backend",
     "shm_backend_wanted",
 ]
@@ -59,7 +64,7 @@ logger = logging.getLogger(__name__)
 
 #: The name ``init_process_group`` takes (``"anyaccel_shm"`` or ``"cpu:anyaccel_shm"``).
 BACKEND_NAME = "anyaccel_shm"
-#: Set to 0 so that ``init_distributed()`` keeps gloo for CPU tensors.
+#: Set to 0 so that the CPU accelerator names gloo (and ``init_distributed()`` keeps it).
 BACKEND_ENV = "ANYACCEL_SHM_BACKEND"
 #: The collectives this backend runs on shared memory (for CPU float tensors); the rest is gloo.
 NATIVE = (
@@ -502,6 +507,7 @@ def _create(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
     torch registers for the CPU only, next to the others (also where the spec cannot be read:
     that form serves every spec).
     """
+    pause_for_backend(BACKEND_NAME)  # torch's gloo exit abort, whoever made the group
     beside_others = _spec_names_other_backends()
     module = None if beside_others is False else _device_backend_module(bool(beside_others))
     group = ShmProcessGroup(store, rank, size, timeout)
@@ -521,8 +527,16 @@ def register_backend() -> None:
     Raises ``DistributedSetupError`` on a torch whose ``Backend.register_backend`` takes no
     ``devices`` (before 2.1): upgrade torch, or use backend="gloo".
     """
-    if backend_registered():
-        return
+    with _registering:
+        if not backend_registered():
+            _register()
+
+
+#: Two threads asking at once register once (torch refuses a second registration).
+_registering = ForkSafeLock()
+
+
+def _register() -> None:
     register = getattr(dist.Backend, "register_backend", None)
     if register is None or "devices" not in inspect.signature(register).parameters:
         raise DistributedSetupError(
@@ -553,3 +567,44 @@ def shm_backend_wanted(argument: bool | None = None) -> tuple[bool, str]:
     if setting is None:
         return True, f"the default for CPU ranks on one node; {BACKEND_ENV}=0 keeps gloo"
     return True, f"{BACKEND_ENV}={value}"
+
+
+def _spans_nodes() -> bool:
+    """Whether the launcher's variables say this job's ranks are on more than one node."""
+    try:
+        info = launch_info()
+    except DistributedSetupError:  # not launched, or a launcher init_distributed would refuse
+        return False
+    return info.local_world_size < info.world_size
+
+
+def cpu_backend_choice(
+    argument: bool | None = None, spans_nodes: bool | None = None
+) -> tuple[str, str]:
+    """The backend for CPU collectives (:data:`BACKEND_NAME`, registered, or ``"gloo"``) and why.
+
+    The one decision, for ``CpuAccelerator.communication_backend_name()`` and
+    ``init_distributed()``: :func:`shm_backend_wanted` (``argument``, :data:`BACKEND_ENV`, the
+    platform), then gloo for ranks on several nodes (``spans_nodes``; None reads the
+    launcher's variables), then gloo where this torch cannot register the backend.
+    Raises :class:`~anyaccel.errors.InvalidSettingError` naming a bad :data:`BACKEND_ENV`.
+    """
+    wanted, why = shm_backend_wanted(argument)
+    if wanted and (_spans_nodes() if spans_nodes is None else spans_nodes):
+        wanted, why = False, "the ranks span more than one node"
+    if wanted:
+        try:
+            register_backend()
+        except DistributedSetupError as exc:
+            wanted, why = False, str(exc)
+    return (BACKEND_NAME if wanted else "gloo"), why
+
+
+def cpu_backend_name() -> str:
+    """What the CPU accelerator names for ``init_process_group``: registered before it answers.
+
+    Resolved by ``anyaccel.backends.cpu`` from a ``"module:attr"`` string (a backend never
+    imports ``anyaccel.distributed``); cheap after the first call, safe in forked and spawned
+    processes (each registers in its own interpreter, once).
+    """
+    return cpu_backend_choice()[0]

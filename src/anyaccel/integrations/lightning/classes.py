@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from anyaccel.distributed.exit_grace import install_exit_grace
-from anyaccel.distributed.shm.backend import BACKEND_NAME as _SHM_BACKEND
+from anyaccel.distributed.exit_grace import pause_for_backend
 from anyaccel.integrations.lightning.accelerator import accelerator_class, anyaccel_of
 from anyaccel.integrations.lightning.choices import (
     ACCELERATOR_NAME,
@@ -45,9 +44,6 @@ __all__ = ["FLAVOURS", "Flavour", "build_flavours", "check_placement", "sides"]
 #: The package that pickle finds every built class in, as ``<FACE>.LIGHTNING.<name>``.
 FACE = "anyaccel.integrations.lightning"
 
-#: Process-group backends for CPU ranks, whose jobs get the pause at exit.
-CPU_BACKENDS = frozenset({"gloo", _SHM_BACKEND})
-
 
 # ====================================================================== the accelerator
 def sides() -> tuple[_Side, ...]:
@@ -68,8 +64,7 @@ def ddp_backend(strategy: Any) -> str:
     """
     given: str | None = strategy.anyaccel_backend_given
     backend = given or anyaccel_of(strategy.accelerator).communication_backend_name()
-    if backend in CPU_BACKENDS:
-        install_exit_grace()
+    pause_for_backend(backend)
     return backend
 
 
@@ -111,8 +106,7 @@ def _initial_backend(given: str | None, kwargs: dict[str, Any]) -> str:
 
 def _pause_at_exit_on_cpu(strategy: Any) -> None:
     """After set-up: CPU ranks pause at exit (see :mod:`anyaccel.distributed.exit_grace`)."""
-    if strategy.process_group_backend in CPU_BACKENDS:
-        install_exit_grace()
+    pause_for_backend(strategy.process_group_backend or "")
 
 
 def _refuse_cuda_streams_off_cuda(strategy: Any, hooked: bool) -> None:
