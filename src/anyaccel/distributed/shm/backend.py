@@ -36,7 +36,13 @@ import torch.distributed as dist
 from anyaccel.distributed.environment import launch_info
 from anyaccel.distributed.errors import CollectiveError, DistributedSetupError
 from anyaccel.distributed.exit_grace import pause_for_backend
-from anyaccel.distributed.shm.group import ShmGroup, adopt, announce_fallback, set_up_segment
+from anyaccel.distributed.shm.group import (
+    BACKEND_ENV,
+    ShmGroup,
+    adopt,
+    announce_fallback,
+    set_up_segment,
+)
 from anyaccel.distributed.shm.reduction import (
     DTYPE_CODES,
     all_reduce_as_nccl,
@@ -64,8 +70,6 @@ logger = logging.getLogger(__name__)
 
 #: The name ``init_process_group`` takes (``"anyaccel_shm"`` or ``"cpu:anyaccel_shm"``).
 BACKEND_NAME = "anyaccel_shm"
-#: Set to 0 so that the CPU accelerator names gloo (and ``init_distributed()`` keeps it).
-BACKEND_ENV = "ANYACCEL_SHM_BACKEND"
 #: The collectives this backend runs on shared memory (for CPU float tensors); the rest is gloo.
 NATIVE = (
     "all_reduce",

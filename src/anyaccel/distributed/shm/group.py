@@ -54,6 +54,9 @@ logger = logging.getLogger(__name__)
 
 #: Set to 0 (or false/no/off) to always use ``torch.distributed``'s collectives.
 SHM_ENV = "ANYACCEL_SHM_ALLREDUCE"
+#: Set to 0 so that the CPU accelerator names gloo (and ``init_distributed()`` keeps it); read
+#: here too, so a typo is said by a group made with ``init_process_group("anyaccel_shm")``.
+BACKEND_ENV = "ANYACCEL_SHM_BACKEND"
 #: Bytes per rank per slot (at most; large groups get smaller slots, see ``slot_bytes``).
 SLOT_BYTES = 4 << 20
 #: The most shared memory one group's segment takes (two slots per rank).
@@ -145,8 +148,6 @@ def _local_problem() -> tuple[str, bool]:
     an on/off value (the latter matters only to ``init_distributed``, but a typo is said here
     too, for a group made with ``init_process_group(backend="anyaccel_shm")``).
     """
-    from anyaccel.distributed.shm.backend import BACKEND_ENV  # (imports this module)
-
     read_on_off(BACKEND_ENV)
     if read_on_off(SHM_ENV) is False:
         return f"disabled by {SHM_ENV}", False
