@@ -501,8 +501,9 @@ def set_accelerator(accel_obj: object) -> None:
     global _accelerator, _choice
     refuse_reentry("set_accelerator")
     check_accelerator(accel_obj)
-    if isinstance(accel_obj, Accelerator):  # the state it should have had, made to judge it
-        accel_obj._settle()
+    settle = getattr(accel_obj, "_settle", None)  # a virtual subclass (DeepSpeed's) has none
+    if isinstance(accel_obj, Accelerator) and callable(settle):
+        settle()  # the state it should have had, made to judge it
     problem = plugin_name_problem(accel_obj, builtin_names())
     if problem is not None:  # the verdict detection gives the same plugin
         raise InvalidAcceleratorError(problem)
