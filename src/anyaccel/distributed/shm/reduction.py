@@ -68,6 +68,12 @@ def all_reduce_keeping_nan(
     if not drops_nan(tensor, op):
         all_reduce(tensor, op)
         return
+    if tensor.dtype in (torch.float16, torch.bfloat16):
+        # torch 2.4's gloo sums half types whatever the op; float32 holds them exactly
+        wide = tensor.detach().float()
+        all_reduce_keeping_nan(wide, op, all_reduce)
+        tensor.detach().copy_(wide)
+        return
     nans = torch.isnan(tensor.detach()).to(torch.uint8)
     all_reduce(tensor, op)
     all_reduce(nans, dist.ReduceOp.MAX)
