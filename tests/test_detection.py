@@ -423,3 +423,26 @@ def test_cpu_fallback_warning_names_the_users_line_whichever_helper_asked_first(
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"{script}:4: CpuFallbackWarning" in result.stderr, result.stderr[-2000:]
+
+
+def test_a_candidate_that_compiles_on_first_use_gets_its_own_creation_time() -> None:
+    """The emulated device's constructor may build C++ for minutes: the probe's seconds are not
+    its limit (DS_ACCELERATOR=emulated failed on a busy host after 10 s)."""
+    import time
+
+    from anyaccel import detection
+    from anyaccel.backends.cpu import CpuAccelerator
+    from anyaccel.probe import BackendCandidate, ProbeOutcome
+    from anyaccel.registry import BUILTIN_CANDIDATES
+
+    def slow() -> CpuAccelerator:
+        time.sleep(0.5)
+        return CpuAccelerator()
+
+    found = ProbeOutcome.found("here", 1)
+    plain = BackendCandidate("cpu", "slow cpu", 999, lambda: found, slow)
+    patient = BackendCandidate("cpu", "slow cpu", 999, lambda: found, slow, creation_seconds=30)
+    assert isinstance(detection._instantiate(plain, found, 0.1), ProbeOutcome)
+    assert isinstance(detection._instantiate(patient, found, 0.1), CpuAccelerator)
+    emulated = next(c for c in BUILTIN_CANDIDATES if c.name == "emulated")
+    assert emulated.creation_seconds is not None and emulated.creation_seconds >= 600

@@ -249,6 +249,8 @@ def _instantiate(
 ) -> Accelerator | ProbeOutcome:
     """The accelerator, or the ``broken`` outcome saying why it could not be made."""
     what = _what(candidate, "constructor")
+    if timeout is not None and candidate.creation_seconds is not None:
+        timeout = max(timeout, candidate.creation_seconds)  # it may compile on first use
     result = run_guarded(what, lambda: _constructed(candidate), timeout)
     if result.ok and result.value is not None:
         return result.value

@@ -148,6 +148,9 @@ class BackendCandidate:
     checks what it makes against the contract: this vocabulary module knows no contract)."""
     origin: str = "anyaccel"
     """Who registered it: ``"anyaccel"`` or the plugin's distribution."""
+    creation_seconds: float | None = None
+    """The least time its constructor gets, past the probe timeout: one that may compile native
+    code on first use (the emulated device) needs minutes, not the probe's seconds."""
 
     @property
     def is_builtin(self) -> bool:

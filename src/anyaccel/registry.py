@@ -35,7 +35,13 @@ __all__ = [
 
 
 def _builtin(
-    name: str, path: str, priority: int, module: str, cls: str, probe: str = "probe"
+    name: str,
+    path: str,
+    priority: int,
+    module: str,
+    cls: str,
+    probe: str = "probe",
+    creation_seconds: float | None = None,
 ) -> BackendCandidate:
     return BackendCandidate(
         name,
@@ -43,7 +49,13 @@ def _builtin(
         priority,
         f"anyaccel.backends.{module}:{probe}",
         f"anyaccel.backends.{module}:{cls}",
+        creation_seconds=creation_seconds,
     )
+
+
+#: The emulated device's constructor builds its C++ core on first use (1-2 minutes on 2 busy
+#: cores, then cached): it gets this long, whatever the probe timeout.
+EMULATED_CREATION_SECONDS = 900.0
 
 
 #: Built-in candidates. The order is the contract's detection order; plugins join through
@@ -73,7 +85,14 @@ BUILTIN_CANDIDATES: tuple[BackendCandidate, ...] = (
     _builtin("cuda", "cuda (torch CUDA/ROCm build)", 900, "cuda", "CudaAccelerator"),
     # chosen only when asked for (DS_ACCELERATOR=emulated, or installed in this process); before
     # generic, which would otherwise take an installed emulated device for an unknown one
-    _builtin("emulated", "emulated (host memory)", 940, "emulated", "EmulatedAccelerator"),
+    _builtin(
+        "emulated",
+        "emulated (host memory)",
+        940,
+        "emulated",
+        "EmulatedAccelerator",
+        creation_seconds=EMULATED_CREATION_SECONDS,
+    ),
     _builtin("generic", "generic (torch.accelerator)", 950, "generic", "GenericAccelerator"),
     _builtin("cpu", "cpu (fallback)", 10_000, "cpu", "CpuAccelerator"),
 )
