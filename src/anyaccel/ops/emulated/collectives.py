@@ -14,11 +14,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
-import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from anyaccel.forksafe import ForkSafeLock
 from anyaccel.ops.emulated.core import EmulatedDeviceError
 
 __all__ = ["BACKEND_FACTORY", "register_collectives", "registered_collectives"]
@@ -32,7 +32,7 @@ TORCH_BACKENDS = frozenset({"gloo", "nccl", "mpi", "ucc", "xccl", "fake", "undef
 
 #: backend name -> the device type it was registered for, in this process.
 _registered: dict[str, str] = {}
-_lock = threading.Lock()
+_lock = ForkSafeLock()
 
 
 def registered_collectives() -> dict[str, str]:

@@ -7,10 +7,10 @@ name PrivateUse1 once, so a process has one emulated device type, installed once
 
 from __future__ import annotations
 
-import threading
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from anyaccel.forksafe import ForkSafeLock
 from anyaccel.ops.emulated.core import (
     EmulatedDeviceError,
     installed_spec,
@@ -37,7 +37,7 @@ __all__ = [
 #: device guard and allocator interfaces changed release by release before it.
 MINIMUM_TORCH = (2, 13)
 
-_lock = threading.Lock()
+_lock = ForkSafeLock()
 
 
 def _torch_version() -> tuple[int, int]:
