@@ -258,7 +258,9 @@ from anyaccel.distributed import init_distributed, shm_all_reduce_status
 info = init_distributed()
 x = torch.ones(4)
 dist.all_reduce(x)
-print(json.dumps({"rank": info.rank, "sum": x.tolist(), "status": shm_all_reduce_status()}))
+record = {"rank": info.rank, "sum": x.tolist(), "status": shm_all_reduce_status()}
+with open(os.path.join(os.environ["JOB_OUT"], f"rank{info.rank}.json"), "w") as out:
+    json.dump(record, out)  # a file per rank: the ranks share torchrun's stdout
 dist.destroy_process_group()
 """
 
@@ -281,7 +283,9 @@ def test_init_distributed_refuses_a_planted_shm_op_loudly_and_runs_on_gloo(
     script.write_text(JOB)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_", "WORLD"))}
     src = str(Path(__file__).resolve().parents[3] / "src")
-    env.update(TORCH_EXTENSIONS_DIR=str(root), OMP_NUM_THREADS="1", PYTHONPATH=src)
+    out = tmp_path / "out"
+    out.mkdir()
+    env.update(TORCH_EXTENSIONS_DIR=str(root), OMP_NUM_THREADS="1", PYTHONPATH=src, JOB_OUT=str(out))
     env.pop("DS_ACCELERATOR", None)
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
@@ -289,7 +293,7 @@ def test_init_distributed_refuses_a_planted_shm_op_loudly_and_runs_on_gloo(
         env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    ranks = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    ranks = [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
     assert sorted(r["rank"] for r in ranks) == [0, 1]
     private = root / f"anyaccel-{os.geteuid()}"
     for rank in ranks:
