@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from anyaccel.testing.simulated.device_module import SimulatedDeviceModule
+from anyaccel.testing.simulated.emulated import emulated_module
 from anyaccel.testing.simulated.patching import (
     AUTOLOAD_ENV,
     installed,
@@ -67,19 +68,30 @@ class SimulatedMstx(types.ModuleType):
 
 @contextlib.contextmanager
 def simulate_npu(
-    device_count: int = 1, *, bf16: bool = True, total_memory: int = 64 * 1024**3
+    device_count: int = 1,
+    *,
+    bf16: bool = True,
+    total_memory: int = 64 * 1024**3,
+    emulated: bool = False,
 ) -> Iterator[SimulatedDeviceModule]:
-    """torch_npu imported with ``device_count`` Ascend NPUs visible."""
-    module = SimulatedNpuModule(
-        "torch_npu.npu",
+    """torch_npu imported with ``device_count`` Ascend NPUs visible.
+
+    With ``emulated``, the NPUs are anyaccel's emulated devices named ``npu`` (tensors live on
+    ``npu:0``; ``total_memory`` is then the device's real capacity, the host's memory).
+    """
+    sheet: dict[str, Any] = dict(
         device_type="npu",
-        device_count=device_count,
         total_memory=total_memory,
         device_name="Simulated Ascend910B",
         bf16=bf16,
         graph_class_name="NPUGraph",
         profiler_name=None,
         host_register=("npurt", "npuHostRegister", "npuHostUnregister"),
+    )
+    module = (
+        emulated_module(SimulatedNpuModule, device_count, "torch_npu.npu", **sheet)
+        if emulated
+        else SimulatedNpuModule("torch_npu.npu", device_count=device_count, **sheet)
     )
     module.mstx = SimulatedMstx("torch_npu.npu.mstx")  # type: ignore[attr-defined]
     package = package_module("torch_npu", npu=module, __version__="2.13.0")

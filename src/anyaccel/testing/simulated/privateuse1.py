@@ -7,11 +7,13 @@ Cambricon (torch_mlu), Tecorigin (torch_sdaa), Biren (torch_supa) and Moore Thre
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import torch
 
 from anyaccel.testing.simulated.cuda import with_torch_amp
 from anyaccel.testing.simulated.device_module import SimulatedDeviceModule
+from anyaccel.testing.simulated.emulated import emulated_module
 from anyaccel.testing.simulated.patching import Patch, installed, package_module
 
 __all__ = ["simulate_mlu", "simulate_musa", "simulate_sdaa", "simulate_supa"]
@@ -26,16 +28,24 @@ def _simulate_privateuse1(
     graph_class_name: str | None,
     profiler_name: str | None,
     cuda_compat: bool = False,
+    emulated: bool = False,
 ) -> contextlib.AbstractContextManager[SimulatedDeviceModule]:
-    """``package`` attaching ``torch.<device_type>`` (and ``torch.cuda`` with ``cuda_compat``)."""
-    module = SimulatedDeviceModule(
-        f"{package}.{device_type}",
+    """``package`` attaching ``torch.<device_type>`` (and ``torch.cuda`` with ``cuda_compat``).
+
+    With ``emulated``, the devices are anyaccel's emulated devices named ``device_type``.
+    """
+    sheet: dict[str, Any] = dict(
         device_type=device_type,
-        device_count=device_count,
         device_name=device_name,
         graph_class_name=graph_class_name,
         profiler_name=profiler_name,
         host_register=None,
+    )
+    name = f"{package}.{device_type}"
+    module = (
+        emulated_module(SimulatedDeviceModule, device_count, name, **sheet)
+        if emulated
+        else SimulatedDeviceModule(name, device_count=device_count, **sheet)
     )
     packages = {package: package_module(package, **{device_type: module})}
     extra: list[Patch] = []
@@ -50,7 +60,7 @@ def _simulate_privateuse1(
 
 
 def simulate_mlu(
-    device_count: int = 1,
+    device_count: int = 1, *, emulated: bool = False
 ) -> contextlib.AbstractContextManager[SimulatedDeviceModule]:
     """torch_mlu with ``device_count`` Cambricon MLUs (``MLUGraph``, ``cnpx`` ranges)."""
     return _simulate_privateuse1(
@@ -60,11 +70,12 @@ def simulate_mlu(
         device_name="MLU590",
         graph_class_name="MLUGraph",
         profiler_name="cnpx",
+        emulated=emulated,
     )
 
 
 def simulate_sdaa(
-    device_count: int = 1,
+    device_count: int = 1, *, emulated: bool = False
 ) -> contextlib.AbstractContextManager[SimulatedDeviceModule]:
     """torch_sdaa with ``device_count`` Tecorigin SDAA devices (no graphs)."""
     return _simulate_privateuse1(
@@ -74,11 +85,12 @@ def simulate_sdaa(
         device_name="T100",
         graph_class_name=None,
         profiler_name=None,
+        emulated=emulated,
     )
 
 
 def simulate_supa(
-    device_count: int = 1, *, cuda_compat: bool = True
+    device_count: int = 1, *, cuda_compat: bool = True, emulated: bool = False
 ) -> contextlib.AbstractContextManager[SimulatedDeviceModule]:
     """torch_supa with Biren GPUs, also answering as ``torch.cuda`` like the real package."""
     return _simulate_privateuse1(
@@ -89,11 +101,12 @@ def simulate_supa(
         graph_class_name="SUPAGraph",
         profiler_name=None,
         cuda_compat=cuda_compat,
+        emulated=emulated,
     )
 
 
 def simulate_musa(
-    device_count: int = 1, *, cuda_compat: bool = False
+    device_count: int = 1, *, cuda_compat: bool = False, emulated: bool = False
 ) -> contextlib.AbstractContextManager[SimulatedDeviceModule]:
     """torch_musa with Moore Threads GPUs (with ``cuda_compat``, a CUDA-compat layer too)."""
     return _simulate_privateuse1(
@@ -104,4 +117,5 @@ def simulate_musa(
         graph_class_name="MUSAGraph",
         profiler_name=None,
         cuda_compat=cuda_compat,
+        emulated=emulated,
     )
