@@ -140,6 +140,7 @@ def test_each_vendor_backend_trains_on_its_own_device_type_as_the_cpu_does(
     assert report["devices"] == [f"{vendor}:0"] and report["device"] == f"{vendor}:0"
     assert report["autocast"] == ["torch.bfloat16", f"{vendor}:0"]
     assert report["memory_allocated"] > 0  # the device's own accounting, read by the backend
+    assert "uses its memory for real" in report["allocate"]  # no make-believe bookkeeping
     # the CPU's kernels over the device's memory: the CPU's results, bit for bit
     assert report["losses"] == cpu_probe["losses"]
     assert report["weights"] == cpu_probe["weights"]

@@ -44,6 +44,11 @@ def main(out: str) -> None:
         left_on_cpu = "no error"
     except RuntimeError as error:
         left_on_cpu = str(error)
+    allocate = getattr(getattr(torch, acc.device_name()), "allocate", None)
+    try:  # the simulation's bookkeeping helper: refused where real tensors count the memory
+        refused = "no simulated allocate" if allocate is None else str(allocate(1024))
+    except TypeError as error:
+        refused = str(error)
     report = {
         "accelerator": type(acc).__name__,
         "backend": acc.communication_backend_name(),
@@ -60,6 +65,7 @@ def main(out: str) -> None:
         "noise": noise.cpu().tolist(),
         "memory_allocated": acc.memory_allocated(),
         "left_on_cpu": left_on_cpu,
+        "allocate": refused,
     }
     with open(out, "w") as file:
         json.dump(report, file)
