@@ -15,14 +15,6 @@ import pytest
 
 from .ranks import finish, free_port, multiprocess, start_ranks
 
-#: On torch 2.4.1 (the oldest job) this module's first job failed and the next ran past 150 s at
-#: the end of the session that wrote it; not yet understood, so it is held to newer torch.
-pytestmark = pytest.mark.skipif(
-    tuple(int(p) for p in __import__("torch").__version__.split("+")[0].split(".")[:2]) < (2, 6),
-    reason="failed/hung on torch 2.4.1, cause not yet found (see the changelog's issue 38 note)",
-)
-
-
 #: A ported script's set-up, a short DDP training and the reduce ops Lightning and DeepSpeed send.
 PORTED = r"""
 import json, os
