@@ -70,3 +70,29 @@ def test_a_stale_torch_lock_file_does_not_block_a_build(tmp_path: Path) -> None:
     build_dir.mkdir(parents=True)
     (build_dir / "lock").write_text("")  # left by a killed torch build
     assert builder.load().answer() == 42
+
+
+def test_two_cached_ops_load_in_one_process_without_a_rebuild(
+    tmp_path: Path, run_python: RunPython
+) -> None:
+    # dlopen knows a library by the /proc/self/fd/N path it was loaded through: were that
+    # descriptor closed, the second op would reuse its number and get the first op's library
+    # back (no PyInit_ of its own), then be rebuilt on every run
+    builders = [tmp_builder(tmp_path, TINY_OP, name=name) for name in ("fd_first", "fd_second")]
+    for builder in builders:
+        assert builder.load().answer() == 42  # built and cached here
+    code = "\n".join(
+        [
+            "import sys",
+            f"sys.path.insert(0, {str(Path(__file__).parents[3])!r})",
+            "from pathlib import Path",
+            "from tests.ops.test_builder import TINY_OP, tmp_builder",
+            f"here = Path({str(tmp_path)!r})",
+            "for name in ('fd_first', 'fd_second'):",
+            "    print(tmp_builder(here, TINY_OP, name=name).load().answer())",
+        ]
+    )
+    result = run_python(code, env={"PATH": "/nonexistent"})  # a rebuild would fail: no compiler
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["42", "42"]
+    assert "does not load" not in result.stderr and "building op" not in result.stderr

@@ -277,7 +277,7 @@ def import_extension(plan: BuildPlan, build_fd: int) -> ModuleType:
         raise _NotCached("no library") from exc
     except WritableByOthers as exc:
         raise _LibraryDoesNotLoad(f"not loaded, since others could have changed it: {exc}") from exc
-    with closing(library_fd):
+    try:
         with os.fdopen(os.dup(library_fd), "rb") as library:
             problem = library_problem(library, recorded.get("library_bytes"))
         if problem is not None:
@@ -292,5 +292,16 @@ def import_extension(plan: BuildPlan, build_fd: int) -> ModuleType:
             loader.exec_module(module)
         except (ImportError, OSError) as exc:
             raise _LibraryDoesNotLoad(str(exc)) from exc
+    except BaseException:
+        os.close(library_fd)
+        raise
+    _loaded_through.append(library_fd)
     module.__file__ = plan.library_path
     return module
+
+
+#: The descriptors cached libraries were loaded through, open for the life of the process:
+#: dlopen knows a loaded library by the path it was given (``/proc/self/fd/N``), and a closed
+#: descriptor's number is handed out again, so the next library loaded through the same number
+#: would be answered with the first (its ``PyInit_`` missing, and rebuilt on every run).
+_loaded_through: list[int] = []
