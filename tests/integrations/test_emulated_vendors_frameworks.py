@@ -58,16 +58,19 @@ _HAS = {name: importlib.util.find_spec(name) is not None
 
 
 class Vendor(NamedTuple):
-    """A vendor a path runs on: its device type and its collective backend's name."""
+    """A vendor a path runs on: its device type, collective backend and anyaccel class."""
 
     device_type: str
     backend: str
     accelerator: str
 
 
-MLU = Vendor("mlu", MluAccelerator._communication_backend_name, "MluAccelerator")
-SDAA = Vendor("sdaa", SdaaAccelerator._communication_backend_name, "SdaaAccelerator")
-MUSA = Vendor("musa", MusaAccelerator._communication_backend_name, "MusaAccelerator")
+def _vendor(backend: type[MluAccelerator | SdaaAccelerator | MusaAccelerator]) -> Vendor:
+    """The facts of ``backend``'s data sheet this module checks."""
+    return Vendor(backend._name, backend._communication_backend_name, backend.__name__)
+
+
+MLU, SDAA, MUSA = _vendor(MluAccelerator), _vendor(SdaaAccelerator), _vendor(MusaAccelerator)
 #: The Lightning API each job trains with, and its vendor.
 LIGHTNING = {"trainer": MLU, "fabric": SDAA}
 
