@@ -7,12 +7,12 @@ Run each rank under the simulated runtime over emulated devices, or plainly for 
     python -m torch.distributed.run --standalone --nproc-per-node 2 accelerate_emulated.py OUT_DIR
 
 After ``install()``, each rank runs an accelerate loop in fp32 and in bf16, then the
-transformers ``Trainer`` on a tiny GPT-2 built from a config; then the negative cases on both
-ranks: an accelerate loop whose loader is not prepared (DDP moves the inputs it is given, not
-the targets), and a Trainer whose model keeps a tensor outside its parameters and buffers
-(``model.to()`` leaves it).
-Each rank writes ``OUT_DIR/rank<N>.json``: losses, weights, where parameters, optimizer state
-and batches were, autocast's dtype, accelerate's distributed type and the group's backend.
+transformers ``Trainer`` on a tiny GPT-2 built from a config, in fp32 and with ``bf16=True``;
+then the negative cases on both ranks: an accelerate loop whose loader is not prepared (DDP
+moves the inputs it is given, not the targets), and a Trainer whose model keeps a tensor
+outside its parameters and buffers (``model.to()`` leaves it). Each rank writes
+``OUT_DIR/rank<N>.json``: losses, weights, where parameters, optimizer state and batches were,
+autocast's dtype, accelerate's distributed type and the group's backend.
 """
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ def _devices(tensors: Any) -> list[str]:
 
 def _state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
+
+
+def _on_cpu() -> bool:
+    import anyaccel
+
+    return anyaccel.get_accelerator().device_name() == "cpu"
 
 
 def accelerate_loop(mixed_precision: str, prepare_loader: bool = True) -> dict[str, Any]:
@@ -99,7 +105,7 @@ class _Tokens(Dataset[dict[str, torch.Tensor]]):
         return {"input_ids": self.ids[index], "labels": self.ids[index]}
 
 
-def trainer(stray_cpu_tensor: bool = False) -> dict[str, Any]:
+def trainer(stray_cpu_tensor: bool = False, bf16: bool = False) -> dict[str, Any]:
     """The transformers Trainer for STEPS steps on a tiny GPT-2; what it saw and its weights."""
     from accelerate.state import AcceleratorState
     from transformers import (
@@ -110,7 +116,7 @@ def trainer(stray_cpu_tensor: bool = False) -> dict[str, Any]:
         TrainingArguments,
     )
 
-    AcceleratorState._reset_state()  # the Trainer's own Accelerator, in fp32
+    AcceleratorState._reset_state()  # the Trainer's own Accelerator and mixed precision
     torch.manual_seed(0)
     # the same kernels on both devices: no dropout (its masks come from each device's own
     # generator) and eager attention (scaled_dot_product_attention takes the CPU's flash kernel
@@ -123,6 +129,10 @@ def trainer(stray_cpu_tensor: bool = False) -> dict[str, Any]:
         shift = torch.zeros(16)
         model.transformer.wte.register_forward_hook(lambda module, args, out: out + shift)
     seen: dict[str, set[str]] = {"parameters": set(), "optimizer_state": set(), "batch": set()}
+    dtypes: set[str] = set()  # of the first projection (addmm: lowered by both autocast lists)
+    model.transformer.h[0].attn.c_attn.register_forward_hook(
+        lambda module, args, out: dtypes.add(str(out.dtype))
+    )
     model.register_forward_pre_hook(
         lambda module, args, kwargs: seen["batch"].update(_devices(kwargs.values())),
         with_kwargs=True,
@@ -144,6 +154,8 @@ def trainer(stray_cpu_tensor: bool = False) -> dict[str, Any]:
             report_to=[],
             seed=0,
             disable_tqdm=True,
+            # transformers takes bf16 on a device it knows; on the CPU only with use_cpu
+            **({"bf16": True, "use_cpu": _on_cpu()} if bf16 else {}),
         )
         run = Trainer(model=model, args=args, train_dataset=_Tokens(), callbacks=[Placement()])
         run.train()
@@ -151,6 +163,7 @@ def trainer(stray_cpu_tensor: bool = False) -> dict[str, Any]:
         "losses": [entry["loss"] for entry in run.state.log_history if "loss" in entry],
         "weights": [p.detach().float().cpu().flatten().tolist() for p in model.parameters()],
         "devices": {k: sorted(v) for k, v in seen.items()},
+        "output_dtypes": sorted(dtypes),
         "device": str(args.device),
         "distributed_type": run.accelerator.distributed_type.name,
         "backend": dist.get_backend() if dist.is_initialized() else None,
@@ -176,6 +189,7 @@ def main(out_dir: Path) -> None:
         "installed_distributed_type": installation.distributed_type,
         "accelerate": {p: accelerate_loop(p) for p in ("no", "bf16")},
         "trainer": trainer(),
+        "trainer_bf16": trainer(bf16=True),
     }
     # the negative cases, on both ranks alike (DDP's set-up and forward hold collectives); each
     # fails in its first forward step, before any gradient is reduced

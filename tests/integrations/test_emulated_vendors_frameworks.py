@@ -287,3 +287,18 @@ def test_accelerate_a_tensor_left_on_the_cpu_fails_on_the_vendor_and_passes_on_t
         assert STRAY in ours["negative"][path], ours["negative"][path]
         assert f"{MUSA.device_type}:{rank} and cpu" in ours["negative"][path]
         assert cpu["negative"][path] == "no error"
+
+
+def test_transformers_trainer_in_bf16_autocasts_on_the_vendor_device_type(
+    jobs: dict[str, _Job],
+) -> None:
+    # GPT-2's softmax, layer_norm and gelu have other autocast policies on the CPU's list than
+    # on CUDA's (which the emulated PrivateUse1 device uses), so only the first-order agreement
+    # of the losses is compared; the projection (addmm) is lowered on both
+    for rank, (ours, cpu) in enumerate(_accelerate(jobs)):
+        run, reference = ours["trainer_bf16"], cpu["trainer_bf16"]
+        assert (run["distributed_type"], run["backend"]) == ("MULTI_MUSA", MUSA.backend)
+        assert run["devices"] == _on(MUSA, rank) and reference["devices"] == CPU_ONLY
+        assert run["output_dtypes"] == reference["output_dtypes"] == [CUDA_LIKE_AUTOCAST]
+        assert run["losses"] != ours["trainer"]["losses"]  # bf16 changed the arithmetic
+        assert run["losses"] == pytest.approx(reference["losses"], rel=1e-3)
