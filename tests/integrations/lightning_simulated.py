@@ -7,7 +7,8 @@ version of either package, fails and registers nothing. Then it renames PrivateU
 ``mlu`` (as torch_mlu does),
 installs the simulated Cambricon runtime with two devices, selects it with
 ``DS_ACCELERATOR=mlu`` and prints one JSON line of what Lightning built. The simulated
-runtime allocates no memory, so nothing trains: the checks are placement and bookkeeping.
+runtime allocates no memory, so nothing trains: the checks are placement and bookkeeping
+(``lightning_emulated.py`` trains on the vendor's device, over the emulated device).
 """
 
 from __future__ import annotations

@@ -202,6 +202,20 @@ def test_the_trainer_trains_in_bf16_on_the_cpu_with_the_line_explain_gives(jobs:
     assert result["training_loss"] == result["training_loss"]  # trained, not NaN
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not _HAS_TRANSFORMERS, reason=_NO_TRANSFORMERS)
+def test_trainer_bf16_never_names_use_cpu_for_a_device_that_is_not_the_cpu() -> None:
+    """On an SDAA (transformers refuses bf16=True there too), use_cpu=True would leave the SDAA."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: transformers takes bf16=True alone here")
+    answer = integration.trainer_bf16(device_type="sdaa")  # the child answers as the CPU host
+    assert "Your setup doesn't support bf16/gpu" in answer, answer
+    assert "use_cpu=True would train on the CPU instead of 'sdaa': use bf16=False" in answer
+    assert "use that line" not in answer
+
+
 # ---------------------------------------------------------------------- a device neither knows
 @pytest.fixture
 def simulated(jobs: Jobs) -> dict[str, Any]:

@@ -693,11 +693,17 @@ print(json.dumps(answers))
 _LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
 
 
-def trainer_bf16(environ: Mapping[str, str] | None = None, timeout: float = 120.0) -> str:
+def trainer_bf16(
+    environ: Mapping[str, str] | None = None,
+    timeout: float = 120.0,
+    device_type: str | None = None,
+) -> str:
     """What the Trainer says to ``TrainingArguments(bf16=True)`` here, and the line that works.
 
     transformers is asked in a child process (it validates the arguments as a user's script
-    would), so nothing in this process is built or changed.
+    would), so nothing in this process is built or changed. ``use_cpu=True`` is named only
+    where ``device_type`` (default: the selected accelerator's) is the CPU: elsewhere it would
+    move training off the device.
     """
     import json
     import subprocess
@@ -720,10 +726,17 @@ def trainer_bf16(environ: Mapping[str, str] | None = None, timeout: float = 120.
     alone, with_cpu = answers.get("bf16=True"), answers.get("bf16=True, use_cpu=True")
     if alone is None:
         return "TrainingArguments(bf16=True) is accepted by transformers here"
-    if with_cpu is None:
+    if device_type is None:
+        device_type = _device_type(_accelerator_argument(None, "trainer_bf16()").device_name())
+    if with_cpu is None and device_type == "cpu":
         return (
             f"TrainingArguments(bf16=True) is refused by transformers here ({alone}); "
             "TrainingArguments(bf16=True, use_cpu=True) is accepted: use that line"
+        )
+    if with_cpu is None:
+        return (
+            f"TrainingArguments(bf16=True) is refused by transformers here ({alone}); "
+            f"use_cpu=True would train on the CPU instead of {device_type!r}: use bf16=False"
         )
     return f"TrainingArguments(bf16=True) is refused by transformers here ({alone}); use bf16=False"
 
@@ -761,7 +774,7 @@ def explain(accelerator: Accelerator | None = None) -> Explanation:
         own_transformers = FrameworkChoice(
             **{**asdict(own_transformers), "version": versions["transformers"]}
         )
-        limits["Trainer bf16"] = trainer_bf16(environ)
+        limits["Trainer bf16"] = trainer_bf16(environ, device_type=device_type)
     return Explanation(
         anyaccel_device=device,
         anyaccel_backend=accelerator.communication_backend_name(),

@@ -177,3 +177,21 @@ def test_an_op_with_a_composite_kernel_runs_the_cpus_kernel_bit_for_bit() -> Non
     x = torch.randn(8, 33, generator=torch.Generator().manual_seed(3))
     on_device = torch.nn.functional.layer_norm(x.to("emu:0"), (33,))
     assert torch.equal(on_device.cpu(), torch.nn.functional.layer_norm(x, (33,)))
+
+
+@on_emulated()
+def test_moving_a_module_keeps_its_parameters_so_an_earlier_optimizer_steps_them() -> None:
+    # as on torch's own devices: `param.data = moved`, not a new Parameter (Fabric's pattern
+    # builds the optimizer on the CPU parameters, then moves the module)
+    module = torch.nn.Linear(3, 2)
+    weight = module.weight
+    optimizer = torch.optim.SGD(module.parameters(), lr=1.0)
+    start = weight.detach().clone()
+    module.to("emu:1")
+    assert module.weight is weight and weight.device == torch.device("emu:1")
+    module(torch.ones(1, 3, device="emu:1")).sum().backward()
+    optimizer.step()
+    assert torch.equal(weight.detach().cpu(), start - 1.0)
+    module.cpu()
+    assert module.weight is weight and weight.device.type == "cpu"
+    assert torch._has_compatible_shallow_copy_type(torch.zeros(1), torch.zeros(1, device="emu:0"))

@@ -977,6 +977,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
 
 void record_stream(at::Tensor& /*self*/, c10::Stream /*stream*/) {}  // memory is never reused early
 
+// A dense CPU tensor and a dense device tensor may share a TensorImpl (`param.data = moved`), as
+// for torch's own devices, so `module.to(device)` keeps each Parameter object and an optimizer
+// built before the move steps the moved weights. torch leaves this answer to a PrivateUse1
+// backend (c10/core/TensorImpl.h); without it every Parameter was replaced by a new one.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  const auto dense = [](c10::DispatchKeySet keys) {
+    constexpr auto backends = c10::DispatchKeySet(
+        {c10::BackendComponent::CPUBit, c10::BackendComponent::PrivateUse1Bit});
+    return keys.has_any(c10::DispatchKeySet(c10::DispatchKey::Dense)) && keys.has_any(backends);
+  };
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) ||
+         (dense(self.key_set()) && dense(from.key_set()));
+}
+
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&device_fallback>());
 }
@@ -993,6 +1007,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", TORCH_FN(set_tensor));
   m.impl("set_", TORCH_FN(set_empty));
   m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
 }
