@@ -8,7 +8,7 @@ from pathlib import Path
 
 from anyaccel.ops.cpu import CPUAdamBuilder
 
-from ..test_builder import TINY_OP, tmp_builder
+from ..test_builder import TINY_OP, c_module, tmp_builder
 
 RunPython = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -70,3 +70,27 @@ def test_a_stale_torch_lock_file_does_not_block_a_build(tmp_path: Path) -> None:
     build_dir.mkdir(parents=True)
     (build_dir / "lock").write_text("")  # left by a killed torch build
     assert builder.load().answer() == 42
+
+
+def test_ops_loaded_one_after_another_each_load_their_own_cached_library(
+    tmp_path: Path, run_python: RunPython
+) -> None:
+    # Found running DeepSpeed on the emulated npu: the emulated core loaded through
+    # /proc/self/fd/5, then the collectives' op through the same reused fd number got the
+    # core's library ("does not define module export function") and was rebuilt every run.
+    builders = [tmp_builder(tmp_path, c_module(), name=f"order_op_{n}") for n in (1, 2)]
+    for builder in builders:
+        assert builder.load().answer() == 42  # both in this session's cache
+    sources = [str(tmp_path / f"order_op_{n}.cpp") for n in (1, 2)]
+    result = run_python(
+        f"""
+        from anyaccel.ops.builder import OpBuilder
+        for name, source in zip(("order_op_1", "order_op_2"), {sources!r}):
+            members = {{"NAME": name, "sources": lambda self, s=source: [s]}}
+            print(type("B", (OpBuilder,), members)().load().answer())
+        """,
+        env={"PATH": "/nonexistent"},  # a rebuild would fail: no compiler, no ninja
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["42", "42"]
+    assert "does not load" not in result.stderr

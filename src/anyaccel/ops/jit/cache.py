@@ -277,20 +277,32 @@ def import_extension(plan: BuildPlan, build_fd: int) -> ModuleType:
         raise _NotCached("no library") from exc
     except WritableByOthers as exc:
         raise _LibraryDoesNotLoad(f"not loaded, since others could have changed it: {exc}") from exc
-    with closing(library_fd):
-        with os.fdopen(os.dup(library_fd), "rb") as library:
-            problem = library_problem(library, recorded.get("library_bytes"))
-        if problem is not None:
-            raise _LibraryDoesNotLoad(problem)
-        path = descriptor_path(library_fd) or plan.library_path
-        loader = importlib.machinery.ExtensionFileLoader(plan.extension_name, path)
-        spec = importlib.util.spec_from_file_location(plan.extension_name, path, loader=loader)
-        if spec is None:
-            raise _LibraryDoesNotLoad(f"no importable library at {plan.library_path}")
-        try:
-            module = importlib.util.module_from_spec(spec)
-            loader.exec_module(module)
-        except (ImportError, OSError) as exc:
-            raise _LibraryDoesNotLoad(str(exc)) from exc
+    try:
+        module = _load_through(plan, library_fd, recorded)
+    except BaseException:
+        os.close(library_fd)
+        raise
+    # The descriptor stays open for the life of the process, as the library does: the dynamic
+    # loader knows a library by the name it was opened under (``/proc/self/fd/N``), so a later
+    # op opened through a reused N would be handed this library instead of its own.
     module.__file__ = plan.library_path
+    return module
+
+
+def _load_through(plan: BuildPlan, library_fd: int, recorded: dict[str, object]) -> ModuleType:
+    """Check and import the library open as ``library_fd``; ``_LibraryDoesNotLoad`` if unusable."""
+    with os.fdopen(os.dup(library_fd), "rb") as library:
+        problem = library_problem(library, recorded.get("library_bytes"))
+    if problem is not None:
+        raise _LibraryDoesNotLoad(problem)
+    path = descriptor_path(library_fd) or plan.library_path
+    loader = importlib.machinery.ExtensionFileLoader(plan.extension_name, path)
+    spec = importlib.util.spec_from_file_location(plan.extension_name, path, loader=loader)
+    if spec is None:
+        raise _LibraryDoesNotLoad(f"no importable library at {plan.library_path}")
+    try:
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+    except (ImportError, OSError) as exc:
+        raise _LibraryDoesNotLoad(str(exc)) from exc
     return module
