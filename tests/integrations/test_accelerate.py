@@ -13,7 +13,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -293,7 +293,7 @@ def test_install_warns_when_transformers_would_still_pick_another_device(jobs: J
 @pytest.mark.slow
 def test_two_processes_on_a_device_accelerate_picks_itself_need_no_lever(jobs: Jobs) -> None:
     assert _last_json(jobs, "known_devices_cuda-xpu")["cuda_two_processes"] == {
-        "device": "cuda:0",
+        "device": "cuda",
         "distributed_type": "MULTI_GPU",
         "backend": "nccl",
         "environment": {},
@@ -529,3 +529,83 @@ def test_report_has_an_accelerate_section_in_json_and_text(jobs: Jobs) -> None:
     assert section["after_install"]["distributed_type"] == "MULTI_CPU"
     assert "accelerate / transformers" in as_text
     assert "accelerate after install()" in as_text and "MULTI_CPU" in as_text
+
+
+# ---------------------------------------------------------------------- the process's environment
+class _RecordingEnviron(MutableMapping[str, str]):
+    """``os.environ`` stand-in that records every write (and still makes it, on the real one)."""
+
+    def __init__(self, real: MutableMapping[str, str]) -> None:
+        self.real = real
+        self.writes: list[tuple[str, str, str | None]] = []
+
+    def __getitem__(self, name: str) -> str:
+        return self.real[name]
+
+    def __setitem__(self, name: str, value: str) -> None:
+        self.writes.append(("set", name, value))
+        self.real[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        self.writes.append(("delete", name, None))
+        del self.real[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.real)
+
+    def __len__(self) -> int:
+        return len(self.real)
+
+
+@pytest.fixture
+def recording(clean: None, monkeypatch: pytest.MonkeyPatch) -> _RecordingEnviron:
+    """``os.environ`` recorded for the test; a launched rank of two, so every lever is asked."""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    environ = _RecordingEnviron(os.environ)
+    monkeypatch.setattr(os, "environ", environ)
+    return environ
+
+
+def test_explain_writes_nothing_to_the_environment(recording: _RecordingEnviron) -> None:
+    """It asks the frameworks in a child; the old code rewrote os.environ around their code."""
+    recording.writes.clear()  # what pytest itself wrote for this test
+    integration.explain(CpuAccelerator())
+    assert recording.writes == []
+    assert os.environ is recording  # never replaced either
+
+
+def test_install_writes_only_its_documented_variable(recording: _RecordingEnviron) -> None:
+    recording.writes.clear()  # what pytest itself wrote for this test
+    integration.install(CpuAccelerator())
+    assert recording.writes == [("set", "ACCELERATE_USE_CPU", "true")]
+    integration.uninstall()
+    assert recording.writes[1:] == [("delete", "ACCELERATE_USE_CPU", None)]
+    assert os.environ is recording
+
+
+def test_the_frameworks_are_asked_once_for_the_same_settings(
+    clean: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """explain(), install() and the report share one child process per settings."""
+    monkeypatch.setenv("ANYACCEL_TEST_SETTINGS", os.urandom(8).hex())  # settings not asked yet
+    children: list[list[str]] = []
+    run = subprocess.run
+
+    def counting(command: list[str], **kwargs: Any) -> Any:
+        children.append(command)
+        return run(command, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", counting)
+    explanation = integration.explain(CpuAccelerator())
+    assert integration.explain(CpuAccelerator()) == explanation
+    integration.report_section(CpuAccelerator())
+    installation = integration.install(CpuAccelerator())  # asks what explain() asked: no child
+    assert len(children) == 1, children
+    assert explanation.after_install is not None
+    assert installation.distributed_type == explanation.after_install.distributed_type
+    integration.uninstall()
+    monkeypatch.setenv("ANYACCEL_TEST_SETTINGS", "other")  # other settings: asked again
+    integration.explain(CpuAccelerator())
+    assert len(children) == 2
