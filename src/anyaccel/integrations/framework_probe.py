@@ -13,6 +13,7 @@ Reads one JSON request from ``sys.argv[1]``: ``{"scenarios": [{"name", "set", "u
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -35,14 +36,18 @@ def _join_alone() -> None:
     """A one-process group, so that accelerate uses it instead of making the job's own."""
     import torch.distributed as dist
 
-    if dist.is_available() and not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    c10d: Any = dist  # torch's stubs do not declare HashStore's export
+    if c10d.is_available() and not c10d.is_initialized():
+        c10d.init_process_group("gloo", store=c10d.HashStore(), rank=0, world_size=1)
+
+
+def _framework(module: str) -> Any:
+    """A module of accelerate or transformers (untyped packages: imported by name)."""
+    return importlib.import_module(module)
 
 
 def _accelerate() -> dict[str, Any]:
-    from accelerate import Accelerator
-
-    state = Accelerator().state
+    state = _framework("accelerate").Accelerator().state
     return {
         "device": str(state.device),
         "distributed_type": state.distributed_type.name,
@@ -51,10 +56,10 @@ def _accelerate() -> dict[str, Any]:
 
 
 def _training_arguments(**arguments: Any) -> Any:
-    from transformers import TrainingArguments
-
     with tempfile.TemporaryDirectory() as out:
-        return TrainingArguments(output_dir=out, report_to="none", **arguments)
+        return _framework("transformers").TrainingArguments(
+            output_dir=out, report_to="none", **arguments
+        )
 
 
 def _transformers() -> dict[str, Any]:
@@ -67,9 +72,7 @@ def _transformers() -> dict[str, Any]:
 
 
 def _fp16() -> dict[str, Any]:
-    from accelerate import Accelerator
-
-    accelerator = Accelerator(mixed_precision="fp16")
+    accelerator = _framework("accelerate").Accelerator(mixed_precision="fp16")
     scaler = accelerator.scaler
     return {
         "device": str(accelerator.device),
@@ -80,9 +83,7 @@ def _fp16() -> dict[str, Any]:
 
 
 def _device_map() -> list[str]:
-    from accelerate.utils import get_max_memory
-
-    return [str(device) for device in get_max_memory()]
+    return [str(device) for device in _framework("accelerate.utils").get_max_memory()]
 
 
 def _bf16() -> None:
@@ -144,9 +145,9 @@ def main() -> None:
     request = json.loads(sys.argv[1])
     for scenario in request["scenarios"]:  # imported once, before the forks share them
         if {"accelerate", "fp16", "device_map"} & set(scenario["ask"]):
-            from accelerate import Accelerator  # noqa: F401
+            _framework("accelerate").Accelerator  # noqa: B018  (imports it)
         if {"transformers", "bf16=True"} & set(scenario["ask"]):
-            from transformers import TrainingArguments  # noqa: F401
+            _framework("transformers").TrainingArguments  # noqa: B018  (transformers is lazy)
     answers = {
         scenario["name"]: {question: _forked(scenario, question) for question in scenario["ask"]}
         for scenario in request["scenarios"]
