@@ -3,14 +3,16 @@
 Every module under ``src/anyaccel`` is read (its AST, never imported): a name bound to one of
 those frameworks (an import, ``importlib.import_module("...")``, or a variable assigned from
 one) followed by an attribute, or a ``getattr`` string, that starts with ``_`` is a use of
-their private ground. Only the documented hooks in :data:`HOOKS` may do it; each names why,
-and its docstring says what it falls back to. (Lightning's hooks are checked by the Lightning
-integration's own tests, as ``integrations/lightning`` is.)
+their private ground; so is a private method of a framework class that a subclass of ours
+overrides or calls on ``self``. Only the documented hooks in :data:`HOOKS` may do it; each
+names why and what it falls back to. (Lightning's hooks are left to the Lightning
+integration's own checks, as ``integrations/lightning`` is.)
 """
 
 from __future__ import annotations
 
 import ast
+import pydoc
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,26 @@ HOOKS: dict[tuple[str, str], str] = {
     ("integrations/accelerate.py", "_shared_state"): (
         "accelerate has no public test for an existing PartialState; falls back to "
         "accelerate.state.is_initialized()"
+    ),
+    ("distributed/shm/backend.py", "_distributed_c10d"): (
+        "AllgatherOptions and a finished Work from a future are not re-exported by "
+        "torch.distributed (2.4 to 2.14); without them: gloo (ANYACCEL_SHM_BACKEND=0)"
+    ),
+    ("distributed/shm/backend.py", "_register_backend"): (
+        "a Python ProcessGroup hands every method it does not override to gloo this way; "
+        "torch has no public call; without it: gloo (ANYACCEL_SHM_BACKEND=0)"
+    ),
+    ("distributed/shm/backend.py", "_set_default_backend"): (
+        "newer torch asks every group for its default backend; read with getattr, skipped "
+        "where absent (torch 2.4)"
+    ),
+    ("distributed/shm/backend.py", "_allgather_base"): (
+        "the name torch < 2.10 calls for all_gather_into_tensor on a Python ProcessGroup; "
+        "newer torch calls the public all_gather_single"
+    ),
+    ("distributed/shm/backend.py", "_reduce_scatter_base"): (
+        "the name torch < 2.10 calls for reduce_scatter_tensor on a Python ProcessGroup; "
+        "newer torch calls the public reduce_scatter_single"
     ),
 }
 
@@ -129,7 +151,54 @@ def private_uses(source: str) -> list[tuple[int, str]]:
             private = _private(dotted)
             if private:
                 found.append((node.lineno, private))  # type: ignore[attr-defined]
+    found.extend(_inherited_private_uses(tree, aliases))
     return sorted(set(found))
+
+
+def _inherited_private_uses(tree: ast.Module, aliases: dict[str, str]) -> list[tuple[int, str]]:
+    """Private names of a framework class that a subclass of ours overrides or calls on itself."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = [
+            pydoc.locate(dotted)
+            for dotted in (_dotted(base, aliases) for base in node.bases)
+            if dotted is not None and _framework(dotted)
+        ]
+        bases = [base for base in bases if base is not None]
+
+        for inner in ast.walk(node) if bases else ():
+            if isinstance(inner, ast.FunctionDef) and _inherited(bases, inner.name):
+                found.append((inner.lineno, inner.name))  # an override of a private method
+            elif isinstance(inner, ast.Attribute) and _is_self(inner.value):
+                if _inherited(bases, inner.attr):
+                    found.append((inner.lineno, inner.attr))
+            elif (
+                isinstance(inner, ast.Call)
+                and isinstance(inner.func, ast.Name)
+                and inner.func.id in ("getattr", "hasattr")
+                and len(inner.args) >= 2
+                and _is_self(inner.args[0])
+                and isinstance(inner.args[1], ast.Constant)
+                and isinstance(inner.args[1].value, str)
+                and _inherited(bases, inner.args[1].value)
+            ):
+                found.append((inner.lineno, inner.args[1].value))
+    return found
+
+
+def _inherited(bases: list[object], name: str) -> bool:
+    """Whether ``name`` is private and one of the framework ``bases`` has it."""
+    private = name.startswith("_") and not name.startswith("__")
+    return private and any(hasattr(base, name) for base in bases)
+
+
+def _is_self(node: ast.expr) -> bool:
+    """``self`` or ``super()``."""
+    return (isinstance(node, ast.Name) and node.id == "self") or (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+    )
 
 
 def _modules() -> list[Path]:

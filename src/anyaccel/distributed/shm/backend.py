@@ -18,6 +18,16 @@ Native calls run synchronously and return a completed ``Work`` (``wait()`` retur
 group's timeout; ranks that pass different sizes, dtypes or ops raise on every rank. A rank
 that sends one of the ``NATIVE`` collectives to gloo announces it on the segment first, so
 ranks that take different paths for one call fail at once instead of at the timeout.
+
+torch's private ground, used here only (each also listed in ``tests/test_private_ground.py``):
+``torch._C._distributed_c10d`` for ``AllgatherOptions`` and a finished ``Work`` from a future
+(neither is re-exported by ``torch.distributed``, 2.4 to 2.14); ``ProcessGroup._register_backend``
+(how a Python group hands the methods it does not override to gloo) and
+``_set_default_backend`` (newer torch only, read with getattr); the overrides
+``_allgather_base`` and ``_reduce_scatter_base``, the names torch < 2.10 calls (newer torch
+calls the public ``all_gather_single`` and ``reduce_scatter_single``). Where torch changes
+them, gloo is the public path: ``ANYACCEL_SHM_BACKEND=0``. Which c10d object a group gets is
+decided without them: :func:`c10d_object_for`.
 """
 
 from __future__ import annotations
@@ -99,7 +109,9 @@ _DTYPE_TAGS: dict[torch.dtype, int] = {
 FALLBACK_TAG = 1000
 #: The collective a fallback announces, so ranks that fall back to different ones fail too.
 _KINDS = {"all_reduce": 1, "all_gather": 2, "broadcast": 3, "reduce_scatter": 4}
-#: torch's C++ collective options (``AllgatherOptions`` ...), not all re-exported by dist.
+#: A documented hook: torch.distributed's compiled module, for the two things it does not
+#: re-export on any torch from 2.4 to 2.14: ``AllgatherOptions`` and a finished ``Work`` made
+#: from a future (``_create_work_from_future``). The other options come from ``dist``.
 _C10D: Any = torch._C._distributed_c10d
 
 
@@ -238,7 +250,7 @@ class ShmProcessGroup(dist.ProcessGroup):
             )
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
-        opts = _C10D.AllreduceOptions() if opts is None else opts
+        opts = dist.AllreduceOptions() if opts is None else opts
         op = opts.reduceOp
         premul = op == dist.ReduceOp.PREMUL_SUM
         code = 0 if premul else op_code(op)  # PREMUL_SUM: a premultiplied SUM
@@ -268,7 +280,7 @@ class ShmProcessGroup(dist.ProcessGroup):
         memory (``reduction.all_reduce_as_nccl``: AVG, PREMUL_SUM, a NaN that wins MIN/MAX)."""
 
         def reduce(target: torch.Tensor, op: Any) -> None:
-            options = _C10D.AllreduceOptions()
+            options = dist.AllreduceOptions()
             options.reduceOp = op
             options.timeout = opts.timeout
             self.gloo.allreduce([target], options).wait()
@@ -338,7 +350,7 @@ class ShmProcessGroup(dist.ProcessGroup):
         return _completed([output])
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
-        opts = _C10D.BroadcastOptions() if opts is None else opts
+        opts = dist.BroadcastOptions() if opts is None else opts
         if not self._native(tensors) or tensors[0].dtype not in _DTYPE_TAGS:
             self._to_gloo("broadcast", int(opts.rootRank))
             return self.gloo.broadcast(tensors, opts)
@@ -388,7 +400,7 @@ class ShmProcessGroup(dist.ProcessGroup):
     def reduce_scatter(  # type: ignore[override]
         self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None
     ) -> Any:
-        opts = _C10D.ReduceScatterOptions() if opts is None else opts
+        opts = dist.ReduceScatterOptions() if opts is None else opts
         native = (
             len(outputs) == 1
             and len(inputs) == 1
@@ -411,7 +423,7 @@ class ShmProcessGroup(dist.ProcessGroup):
     def _reduce_scatter_base(
         self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None
     ) -> Any:
-        opts = _C10D.ReduceScatterOptions() if opts is None else opts
+        opts = dist.ReduceScatterOptions() if opts is None else opts
         if self._scattered(output, tensor, opts):
             return _completed([output])
         self._to_gloo("reduce_scatter")
@@ -463,7 +475,7 @@ class ShmProcessGroup(dist.ProcessGroup):
         return self._reduce_scatter_base(output, tensor, opts)
 
     def barrier(self, opts: Any = None) -> Any:
-        opts = _C10D.BarrierOptions() if opts is None else opts
+        opts = dist.BarrierOptions() if opts is None else opts
         if self.shm.communicator is None:
             return self.gloo.barrier(opts)
         self._run("barrier", lambda c: c.barrier(self.shm.timeout))
