@@ -68,18 +68,24 @@ def test_the_environment_and_the_argument_turn_it_on_and_off(
 
 
 @pytest.mark.parametrize(
-    ("spec", "gets"),
+    ("spec", "default_spec", "gets"),
     [
-        ("anyaccel_shm", C10dObject.WHOLE_GROUP),
-        ("ANYACCEL_SHM", C10dObject.WHOLE_GROUP),
-        ("cpu:anyaccel_shm", C10dObject.WHOLE_GROUP),
-        ("cpu:anyaccel_shm,cuda:gloo", C10dObject.CPU_BACKEND),
-        ("cuda:nccl, cpu:anyaccel_shm", C10dObject.CPU_BACKEND),  # either order
-        (None, C10dObject.WHOLE_GROUP),  # torch called directly: checked at the first collective
+        ("anyaccel_shm", None, C10dObject.WHOLE_GROUP),
+        ("ANYACCEL_SHM", None, C10dObject.WHOLE_GROUP),
+        ("cpu:anyaccel_shm", None, C10dObject.WHOLE_GROUP),
+        ("cpu:anyaccel_shm,cuda:gloo", None, C10dObject.CPU_BACKEND),
+        ("cuda:nccl, cpu:anyaccel_shm", None, C10dObject.CPU_BACKEND),  # either order
+        ("anyaccel_shm", "cpu:anyaccel_shm,cuda:nccl", C10dObject.WHOLE_GROUP),  # named: wins
+        # torch called directly (no spec): a new_group() inherits the default group's
+        (None, "cpu:anyaccel_shm,cuda:nccl", C10dObject.CPU_BACKEND),
+        (None, "anyaccel_shm", C10dObject.WHOLE_GROUP),
+        (None, None, C10dObject.WHOLE_GROUP),  # no default group: checked at the first collective
     ],
 )
-def test_one_rule_says_which_c10d_object_a_spec_gets(spec: str | None, gets: C10dObject) -> None:
-    assert c10d_object_for(spec) is gets
+def test_one_rule_says_which_c10d_object_a_spec_gets(
+    spec: str | None, default_spec: str | None, gets: C10dObject
+) -> None:
+    assert c10d_object_for(spec, default_spec) is gets
 
 
 def test_a_backend_class_that_cannot_be_built_is_refused_naming_the_fix(

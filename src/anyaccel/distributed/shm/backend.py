@@ -518,26 +518,40 @@ def spec_backends(spec: str) -> dict[str, str]:
     }
 
 
-def c10d_object_for(spec: str | None) -> C10dObject:
+def c10d_object_for(spec: str | None, default_spec: str | None = None) -> C10dObject:
     """Which c10d object a group whose backend ``spec`` names :data:`BACKEND_NAME` gets.
 
     The one rule. anyaccel_shm the group's only backend (``"anyaccel_shm"``,
-    ``"cpu:anyaccel_shm"``, ``dist.new_group(backend="anyaccel_shm")``): the whole group, a
-    Python ``ProcessGroup``, no compiled code. Another device given another backend
-    (``"cpu:anyaccel_shm,cuda:nccl"``): a c10d ``Backend`` for CPU tensors that torch registers
-    beside the others (compiled; refused, naming the fix, where it cannot be built). ``None``
-    (torch called directly, which tells the factory no spec): the whole group, which reads its
-    spec back from torch at its first collective and refuses one that names other backends.
+    ``"cpu:anyaccel_shm"``): the whole group, a Python ``ProcessGroup``, no compiled code.
+    Another device given another backend (``"cpu:anyaccel_shm,cuda:nccl"``): a c10d
+    ``Backend`` for CPU tensors that torch registers beside the others (compiled; refused,
+    naming the fix, where it cannot be built). ``spec`` None (torch called directly, which
+    tells the factory no spec): judged by ``default_spec``, the default group's, which a
+    ``new_group()`` naming no backend inherits (DDP, FSDP and DeepSpeed make their subgroups
+    so); with no default group yet, the whole group, which reads its spec back from torch at
+    its first collective and refuses one that names other backends.
     """
-    if spec is None:
+    known = spec if spec is not None else default_spec
+    if known is None:
         return C10dObject.WHOLE_GROUP
-    others = {backend for backend in spec_backends(spec).values() if backend != BACKEND_NAME}
+    others = {backend for backend in spec_backends(known).values() if backend != BACKEND_NAME}
     return C10dObject.CPU_BACKEND if others else C10dObject.WHOLE_GROUP
+
+
+def _default_spec() -> str | None:
+    """The default group's backend spec (torch's public ``get_backend_config``), None without."""
+    if not dist.is_initialized():
+        return None
+    try:
+        return str(dist.get_backend_config())
+    except (RuntimeError, ValueError, KeyError, AttributeError):
+        return None
 
 
 def _beside_others_advice() -> str:
     return (
-        f"pass the spec to anyaccel.distributed.init_distributed(), which makes "
+        f"pass the spec to anyaccel.distributed.init_distributed() (for a subgroup: call "
+        f"new_group inside anyaccel.distributed.shm.backend.making_group(spec)), which makes "
         f"{BACKEND_NAME} a c10d Backend for CPU tensors beside the others, or use "
         f"'cpu:gloo,cuda:nccl' with dist.new_group(backend='{BACKEND_NAME}') for the CPU "
         "collectives"
@@ -587,8 +601,11 @@ def _create(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
     """
     pause_for_backend(BACKEND_NAME)  # torch's gloo exit abort, whoever made the group
     spec = _group_spec.get()
-    module = _device_backend_module() if c10d_object_for(spec) is C10dObject.CPU_BACKEND else None
-    group = ShmProcessGroup(store, rank, size, timeout, spec_known=spec is not None)
+    default_spec = _default_spec() if spec is None else None
+    form = c10d_object_for(spec, default_spec)
+    module = _device_backend_module() if form is C10dObject.CPU_BACKEND else None
+    known = spec is not None or default_spec is not None
+    group = ShmProcessGroup(store, rank, size, timeout, spec_known=known)
     if module is None:
         return group
     return module.ShmBackend(rank, size, group, group.gloo)
