@@ -566,7 +566,7 @@ def refuse_a_whole_group_beside_other_backends(group: Any) -> None:
     """
     try:
         spec = str(dist.get_backend_config(group))
-    except (RuntimeError, ValueError, KeyError, AttributeError):
+    except (RuntimeError, ValueError, KeyError, AttributeError, TypeError):
         return  # a group torch does not know (made by hand): nothing to compare
     if c10d_object_for(spec) is C10dObject.CPU_BACKEND:
         raise DistributedSetupError(
@@ -604,8 +604,9 @@ def _create(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
     default_spec = _default_spec() if spec is None else None
     form = c10d_object_for(spec, default_spec)
     module = _device_backend_module() if form is C10dObject.CPU_BACKEND else None
-    known = spec is not None or default_spec is not None
-    group = ShmProcessGroup(store, rank, size, timeout, spec_known=known)
+    # a whole group torch made without a spec checks it at its first collective
+    unchecked = spec is None and module is None
+    group = ShmProcessGroup(store, rank, size, timeout, spec_known=not unchecked)
     if module is None:
         return group
     return module.ShmBackend(rank, size, group, group.gloo)
