@@ -285,9 +285,7 @@ def test_init_distributed_refuses_a_planted_shm_op_loudly_and_runs_on_gloo(
     src = str(Path(__file__).resolve().parents[3] / "src")
     out = tmp_path / "out"
     out.mkdir()
-    env.update(
-        TORCH_EXTENSIONS_DIR=str(root), OMP_NUM_THREADS="1", PYTHONPATH=src, JOB_OUT=str(out)
-    )
+    env.update(TORCH_EXTENSIONS_DIR=str(root), OMP_NUM_THREADS="1", PYTHONPATH=src, JOB_OUT=str(out))
     env.pop("DS_ACCELERATOR", None)
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
