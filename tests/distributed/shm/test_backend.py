@@ -79,6 +79,8 @@ def test_the_environment_and_the_argument_turn_it_on_and_off(
         # torch called directly (no spec): a new_group() inherits the default group's
         (None, "cpu:anyaccel_shm,cuda:nccl", C10dObject.CPU_BACKEND),
         (None, "anyaccel_shm", C10dObject.WHOLE_GROUP),
+        # a default group without anyaccel_shm: this group named it itself, spec unknown
+        (None, "cpu:gloo,cuda:nccl", C10dObject.WHOLE_GROUP),
         (None, None, C10dObject.WHOLE_GROUP),  # no default group: checked at the first collective
     ],
 )

@@ -526,12 +526,13 @@ def c10d_object_for(spec: str | None, default_spec: str | None = None) -> C10dOb
     Another device given another backend (``"cpu:anyaccel_shm,cuda:nccl"``): a c10d
     ``Backend`` for CPU tensors that torch registers beside the others (compiled; refused,
     naming the fix, where it cannot be built). ``spec`` None (torch called directly, which
-    tells the factory no spec): judged by ``default_spec``, the default group's, which a
-    ``new_group()`` naming no backend inherits (DDP, FSDP and DeepSpeed make their subgroups
-    so); with no default group yet, the whole group, which reads its spec back from torch at
-    its first collective and refuses one that names other backends.
+    tells the factory no spec): judged by ``default_spec``, the default group's, where that
+    names anyaccel_shm (a ``new_group()`` naming no backend inherits it, as DDP, FSDP and
+    DeepSpeed make their subgroups); otherwise the whole group, which reads its spec back
+    from torch at its first collective and refuses one that names other backends.
     """
-    known = spec if spec is not None else default_spec
+    inherited = default_spec is not None and BACKEND_NAME in spec_backends(default_spec).values()
+    known = spec if spec is not None else (default_spec if inherited else None)
     if known is None:
         return C10dObject.WHOLE_GROUP
     others = {backend for backend in spec_backends(known).values() if backend != BACKEND_NAME}
