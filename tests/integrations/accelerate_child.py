@@ -3,7 +3,9 @@
 Run under ``torchrun --nproc-per-node 2`` with a mode and a folder. ``ops`` and ``script`` run
 accelerate's own shipped test scripts (``accelerate.test_utils.scripts``); ``trainer`` trains
 a tiny GPT-2 built from a config (no download) with the transformers ``Trainer``. Each rank
-writes what it prints to ``rank<N>.log`` in the folder; the last line, prefixed ``RESULT``, is
+writes what it prints to ``rank<N>.log`` in the folder. ``script`` and ``trainer`` call
+``anyaccel.distributed.init_distributed()`` after ``install()`` (the docs' line for
+anyaccel_shm); ``ops`` leaves the group to accelerate (gloo); the last line, prefixed ``RESULT``, is
 its state as JSON.
 """
 
@@ -45,10 +47,12 @@ def _run_script(name: str) -> dict[str, Any]:
     One script per job: both end by destroying the process group, and a second
     ``init_process_group`` in the same torchrun job can hang on torchrun's store.
     """
-    from accelerate.state import PartialState
+    from accelerate import Accelerator
     from accelerate.test_utils.scripts import test_ops, test_script
 
-    PartialState()  # the state the script's Accelerator shares: read its group before the end
+    # the state the script shares, built as a user's script builds it: Accelerator() reads
+    # ACCELERATE_USE_CPU (a bare PartialState(), which test_ops starts with, reads no variable)
+    Accelerator()
     group = _group_backend()
     (test_ops if name == "ops" else test_script).main()
     print(f"=== {name} passed", flush=True)
@@ -108,6 +112,10 @@ def main() -> None:
     from anyaccel.integrations import accelerate as integration
 
     installation = integration.install()
+    if mode != "ops":  # the documented line for DDP on anyaccel_shm: accelerate uses this group
+        from anyaccel.distributed import init_distributed
+
+        init_distributed()
     result = _train() if mode == "trainer" else _run_script(mode)
     result["rank"] = rank
     result["installed_distributed_type"] = installation.distributed_type

@@ -1,8 +1,11 @@
-"""install() on a host with devices accelerate and transformers know: simulated MPS, NPU and CUDA.
+"""install() on a host with devices accelerate and transformers know; prints one JSON line.
 
-Run in a fresh process (both frameworks cache their availability checks). Prints one JSON
-line: the warning when transformers' own chain would still pick another device, a two-process
-job on a device accelerate picks by itself, and one on a device its chain passes over.
+Run in a fresh process with ``tests/integrations/simulated_site`` on ``PYTHONPATH`` and
+``ANYACCEL_TEST_SIMULATE`` naming the host (``mps`` or ``cuda-xpu``), so that the children
+install() starts to ask accelerate and transformers see the same simulated devices.
+``mps``: the warning when transformers would still pick another device than anyaccel's CPU.
+``cuda-xpu``: a two-process job on a device accelerate picks by itself (cuda), and one on a
+device it passes over (xpu).
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from typing import Any
 
 from anyaccel.detection import detect_accelerator
 from anyaccel.integrations import accelerate as integration
-from anyaccel.testing.simulated import simulate_cuda, simulate_mps, simulate_npu
 
 
 def _accelerator(name: str) -> Any:
@@ -36,21 +38,21 @@ def _installed(accelerator: Any) -> dict[str, Any]:
 
 def main() -> None:
     result: dict[str, Any] = {}
-    with simulate_mps(), simulate_npu(device_count=2), simulate_cuda(device_count=2):
-        # one process on the CPU of a Mac: transformers' own chain picks mps first
+    if os.environ["ANYACCEL_TEST_SIMULATE"] == "mps":
+        # one process on the CPU of a Mac: transformers' own choice is mps
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result["cpu_on_a_mac"] = _installed(_accelerator("cpu"))
         result["warnings"] = [
             str(w.message) for w in caught if w.category is integration.TransformersDeviceWarning
         ]
-
-        os.environ.update(LOCAL_RANK="0", RANK="0", WORLD_SIZE="2")
-        result["npu_two_processes"] = _installed(_accelerator("npu"))
+    else:
+        os.environ.update(LOCAL_RANK="0", RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+        result["cuda_two_processes"] = _installed(_accelerator("cuda"))
         try:
-            integration.install(_accelerator("cuda"))  # accelerate's chain reaches npu first
+            integration.install(_accelerator("xpu"))  # accelerate picks cuda first
         except integration.NoDistributedTypeError as error:
-            result["cuda_two_processes"] = {
+            result["xpu_two_processes"] = {
                 "error": str(error),
                 "installed": integration.installed() is not None,
             }

@@ -29,6 +29,7 @@ from anyaccel.distributed.shm.backend import (
     BACKEND_ENV,
     BACKEND_NAME,
     cpu_backend_choice,
+    making_group,
     register_backend,
 )
 from anyaccel.errors import InvalidSettingError
@@ -217,7 +218,10 @@ def init_distributed(
         kwargs["store"] = _agreed_store(backend, info, timeout)
     else:
         kwargs["init_method"] = "env://"
-    dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size, **kwargs)
+    with making_group(backend):  # anyaccel_shm's factory: which c10d object this spec gets
+        dist.init_process_group(
+            backend=backend, rank=info.rank, world_size=info.world_size, **kwargs
+        )
     return info
 
 

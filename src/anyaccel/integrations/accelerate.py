@@ -1,40 +1,40 @@
 """Make HF accelerate (and the transformers ``Trainer`` built on it) run on anyaccel's device.
 
-accelerate picks its device and ``DistributedType`` from fixed chains in ``accelerate/state.py``
-and has no extension point; transformers' ``TrainingArguments`` builds accelerate's
-``PartialState`` and then, for a single process, re-picks the device with its own chain.
-:func:`install` steers both through the levers they already read, before their state exists::
+accelerate and transformers pick their device and ``DistributedType`` themselves and have no
+extension point; both read documented environment variables. :func:`install` sets those,
+before their state exists, and changes nothing else::
 
     from anyaccel.integrations import accelerate as anyaccel_accelerate
-    anyaccel_accelerate.install()       # before Accelerator() / PartialState() / TrainingArguments
+    anyaccel_accelerate.install()       # before Accelerator() / TrainingArguments(...)
     accelerator = accelerate.Accelerator()
 
-- the CPU backend: ``ACCELERATE_USE_CPU=true`` (what ``accelerate launch --cpu`` sets), and
-  ``PartialState(cpu=...)`` defaulted to ``True`` (a direct ``PartialState()`` ignores that
-  variable). Under ``torchrun`` this makes a real ``MULTI_CPU`` job over gloo instead of N
-  processes that each believe they are alone (``DistributedType.NO``, one process).
+- the CPU: ``ACCELERATE_USE_CPU=true`` (what ``accelerate launch --cpu`` sets), read by every
+  ``Accelerator()`` and ``TrainingArguments``. Under ``torchrun`` this makes a real
+  ``MULTI_CPU`` job instead of N processes that each believe they are alone.
 - another device, one process: ``ACCELERATE_TORCH_DEVICE=<device>:<index>``, which both
-  accelerate's ``PartialState`` and the last branch of transformers' chain read.
-- another device, several processes: accelerate must already pick it on its own (a
-  ``MULTI_<DEVICE>`` type exists and its chain reaches it); otherwise :func:`install` refuses,
-  naming what accelerate lacks.
+  accelerate's ``PartialState`` and the last step of transformers' own device choice read.
+- another device, several processes: accelerate must already pick it on its own; otherwise
+  :func:`install` refuses, naming what accelerate does instead.
 
-:func:`explain` sets nothing: it shows anyaccel's choice next to what accelerate and
-transformers would pick on their own, and their known limits on this device. Importing this
-module imports neither torch, accelerate nor transformers and changes nothing.
+What accelerate and transformers will do is never worked out here: :func:`ask_frameworks`
+asks them, in a child process (building their state would fix this process's), and keeps the
+answer for the same settings. :func:`explain` shows those answers next to anyaccel's choice.
+Importing this module imports neither torch, accelerate nor transformers and changes nothing.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import importlib
 import importlib.metadata
 import importlib.util
+import json
 import os
+import subprocess
+import sys
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from anyaccel.errors import AcceleratorError, AnyaccelWarning
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from anyaccel.abstract import Accelerator
 
 __all__ = [
-    "ACCELERATE_FP16_DEVICES",
     "SUPPORTED_VERSIONS",
     "AccelerateIntegrationError",
     "AccelerateNotInstalledError",
@@ -54,9 +53,11 @@ __all__ = [
     "FrameworkChoice",
     "Installation",
     "NoDistributedTypeError",
+    "Scenario",
     "SupportedRange",
     "TransformersDeviceWarning",
     "UnsupportedVersionError",
+    "ask_frameworks",
     "check_versions",
     "explain",
     "format_report_section",
@@ -80,44 +81,20 @@ class SupportedRange(NamedTuple):
         return f"{self.package}>={self.minimum},<{self.below}"
 
 
-#: The levers used here exist unchanged in accelerate 1.0 and transformers 4.46 up to the
-#: versions tested (accelerate 1.15.0, transformers 5.23.0); see docs/accelerate.md.
+#: The variables and arguments used here exist unchanged in accelerate 1.0 and transformers
+#: 4.46 up to the versions tested (accelerate 1.15.0, transformers 5.23.0); see
+#: docs/accelerate.md.
 SUPPORTED_VERSIONS: dict[str, SupportedRange] = {
     "accelerate": SupportedRange("accelerate", "1.0", "2"),
     "transformers": SupportedRange("transformers", "4.46", "6"),
 }
 
-#: Devices accelerate 1.15's ``Accelerator`` accepts for fp16 mixed precision (a tuple local
-#: to its ``__init__``, so not importable); any other device is refused with a ValueError.
-ACCELERATE_FP16_DEVICES: tuple[str, ...] = (
-    "xpu", "cuda", "npu", "xla", "mlu", "musa", "hpu", "sdaa", "mps",
-)  # fmt: skip
-
 _USE_CPU = "ACCELERATE_USE_CPU"
 _TORCH_DEVICE = "ACCELERATE_TORCH_DEVICE"
-#: What accelerate reads to decide a CPU job has several processes (besides LOCAL_RANK).
+#: What accelerate reads to decide a job has several processes (besides LOCAL_RANK).
 _WORLD_SIZE_ENVS = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
-
-#: transformers' single-process device chain (``TrainingArguments._setup_devices``), in order;
-#: after it: ``cuda:0`` if CUDA is available, else ``ACCELERATE_TORCH_DEVICE``, else ``cpu``.
-_TRANSFORMERS_CHAIN = (
-    ("mps", "is_torch_mps_available"), ("xpu", "is_torch_xpu_available"),
-    ("mlu", "is_torch_mlu_available"), ("musa", "is_torch_musa_available"),
-    ("npu", "is_torch_npu_available"), ("hpu", "is_torch_hpu_available"),
-    ("neuron", "is_torch_neuron_available"), ("tpu", "is_torch_tpu_available"),
-)  # fmt: skip
-#: accelerate's ``get_grad_scaler`` chain; after it, a GradScaler for ``cuda``.
-_GRAD_SCALER_CHAIN = (
-    ("mlu", "is_mlu_available"), ("sdaa", "is_sdaa_available"), ("musa", "is_musa_available"),
-    ("npu", "is_npu_available"), ("hpu", "is_hpu_available"), ("xpu", "is_xpu_available"),
-    ("mps", "is_mps_available"),
-)  # fmt: skip
-#: accelerate's ``get_max_memory`` chain (what ``device_map="auto"`` spreads over); after it,
-#: ``torch.cuda``'s devices. ``mps`` and ``cpu`` memory are added besides.
-_DEVICE_MAP_CHAIN = (
-    ("npu", "is_npu_available"), ("mlu", "is_mlu_available"), ("sdaa", "is_sdaa_available"),
-    ("musa", "is_musa_available"), ("xpu", "is_xpu_available"), ("hpu", "is_hpu_available"),
-)  # fmt: skip
+#: Launcher variables a question about one process must not see.
+_LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", *_WORLD_SIZE_ENVS)
 
 
 # ---------------------------------------------------------------------- errors
@@ -189,7 +166,7 @@ def check_versions(require_transformers: bool = False) -> dict[str, str | None]:
     return found
 
 
-# ---------------------------------------------------------------------- what each would pick
+# ---------------------------------------------------------------------- asking them
 def launched_world_size(environ: Mapping[str, str] | None = None) -> int:
     """How many processes the launcher started, from the variables accelerate reads (1 if none).
 
@@ -205,31 +182,98 @@ def _is_launched(environ: Mapping[str, str]) -> bool:
     return environ.get("LOCAL_RANK", "-1") != "-1" or launched_world_size(environ) > 1
 
 
-def _flag(value: str | None) -> bool:
-    return (value or "").strip().lower() in {"1", "true", "yes", "y", "on"}
+@dataclass(frozen=True)
+class Scenario:
+    """Questions for accelerate and transformers, asked with some variables set or unset.
+
+    ``ask`` names questions of ``anyaccel.integrations.framework_probe``: ``"accelerate"``
+    (``Accelerator().state``), ``"transformers"`` (``TrainingArguments().device``),
+    ``"fp16"`` (``Accelerator(mixed_precision="fp16")``), ``"device_map"``
+    (``accelerate.utils.get_max_memory()``), ``"bf16=True"`` and
+    ``"bf16=True, use_cpu=True"`` (``TrainingArguments(...)``).
+    """
+
+    name: str
+    ask: tuple[str, ...]
+    set: tuple[tuple[str, str], ...] = ()
+    unset: tuple[str, ...] = ()
 
 
-def _first_available(module: Any, chain: tuple[tuple[str, str], ...]) -> str | None:
-    for device, checker in chain:
-        check = getattr(module, checker, None)
-        if check is not None and bool(check()):
-            return device
-    return None
+#: Answers already given, by (environment, scenario): each is asked once per process.
+_answers: dict[tuple[tuple[tuple[str, str], ...], Scenario], dict[str, dict[str, Any]]] = {}
+_asking = ForkSafeLock()
 
 
-def _multi_device_types(distributed_type: Any) -> dict[str, str]:
-    """Device type -> accelerate's ``MULTI_*`` member name (``MULTI_GPU`` is ``cuda``)."""
-    table: dict[str, str] = {}
-    for name in distributed_type.__members__:
-        if name.startswith("MULTI_"):
-            device = name.removeprefix("MULTI_").lower()
-            table["cuda" if device == "gpu" else device] = name
-    return table
+def ask_frameworks(
+    scenarios: tuple[Scenario, ...],
+    environ: Mapping[str, str] | None = None,
+    timeout: float = 300.0,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each scenario's answers, from accelerate and transformers asked in one child process.
+
+    The child runs with ``environ`` (default ``os.environ``) and each scenario's changes, and
+    builds the frameworks' state there, never here. Every question's entry is
+    ``{"answer": ...}`` or ``{"error": "<the framework's own refusal>"}``. Answers are kept for
+    the rest of this process, per environment and scenario; only those not yet known are asked.
+    Raises :class:`AccelerateIntegrationError` when the child cannot answer (it crashed or ran
+    past ``timeout`` seconds), with the end of its output.
+    """
+    env = dict(os.environ if environ is None else environ)
+    key = tuple(sorted(env.items()))
+    with _asking:
+        missing = [scenario for scenario in scenarios if (key, scenario) not in _answers]
+        # one child for all of them; where this platform cannot fork, one per question
+        batches = (
+            [missing]
+            if hasattr(os, "fork") or not missing
+            else [[Scenario(s.name, (q,), s.set, s.unset)] for s in missing for q in s.ask]
+        )
+        for batch in batches:
+            if not batch:
+                continue
+            for name, answers in _ask_child(batch, env, timeout).items():
+                scenario = next(s for s in missing if s.name == name)
+                _answers.setdefault((key, scenario), {}).update(answers)
+        return {scenario.name: _answers[(key, scenario)] for scenario in scenarios}
+
+
+def _ask_child(
+    scenarios: list[Scenario], env: dict[str, str], timeout: float
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Run ``framework_probe`` once for ``scenarios``; its answers by scenario name."""
+    source = Path(__file__).with_name("framework_probe.py").read_text(encoding="utf-8")
+    request = {
+        "scenarios": [
+            {"name": s.name, "ask": list(s.ask), "set": dict(s.set), "unset": list(s.unset)}
+            for s in scenarios
+        ]
+    }
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", source, json.dumps(request)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as error:
+        raise AccelerateIntegrationError(
+            f"accelerate and transformers did not answer within {timeout} s in a child process"
+        ) from error
+    lines = done.stdout.strip().splitlines()
+    try:
+        answers: dict[str, dict[str, dict[str, Any]]] = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        raise AccelerateIntegrationError(
+            f"accelerate and transformers could not be asked in a child process (exit "
+            f"{done.returncode}): {(done.stderr or done.stdout).strip()[-2000:]}"
+        ) from None
+    return answers
 
 
 @dataclass(frozen=True)
 class FrameworkChoice:
-    """What one framework would run on: device, distributed type, backend, process count."""
+    """What one framework will run on: device, distributed type, backend, process count."""
 
     framework: str
     version: str | None
@@ -240,82 +284,39 @@ class FrameworkChoice:
     how: str
 
 
-def _accelerate_choice(environ: Mapping[str, str], cpu: bool) -> FrameworkChoice:
-    """What accelerate's ``PartialState`` would pick in ``environ`` with ``cpu``; builds nothing."""
-    state = importlib.import_module("accelerate.state")
-    partial_state = state.PartialState
-    world = launched_world_size(environ)
-    with _environment(environ):
-        # Both are accelerate's own code; neither reads ``self``, and neither builds any state.
-        backend, distributed = partial_state._prepare_backend(None, cpu, False, None)
-        mps_fallback = os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK")
-        default = "cpu" if cpu else str(partial_state.default_device.fget(None).type)
-        _restore("PYTORCH_ENABLE_MPS_FALLBACK", mps_fallback)
-    env_device = environ.get(_TORCH_DEVICE)
-    if distributed.name == "NO":
-        device = env_device or default
-        how = (
-            f"{_TORCH_DEVICE}={env_device}"
-            if env_device
-            else ("cpu=True" if cpu else "PartialState.default_device")
-        )
-        return FrameworkChoice("accelerate", None, device, "NO", None, 1, how)
-    by_type = {v: k for k, v in _multi_device_types(type(distributed)).items()}
-    device = by_type.get(distributed.name, distributed.name.lower())
-    how = "cpu=True and a launcher's world size" if cpu else "_prepare_backend's device chain"
-    return FrameworkChoice("accelerate", None, device, distributed.name, backend, world, how)
-
-
-def _transformers_choice(
-    environ: Mapping[str, str], accelerate_choice: FrameworkChoice
-) -> FrameworkChoice:
-    """What ``TrainingArguments().device`` would be, given accelerate's choice, building nothing."""
-    if accelerate_choice.distributed_type != "NO":
-        return FrameworkChoice(
-            "transformers",
-            None,
-            accelerate_choice.device,
-            accelerate_choice.distributed_type,
-            accelerate_choice.backend,
-            accelerate_choice.num_processes,
-            "accelerate's PartialState.device (a distributed job)",
-        )
-    import torch
-
-    chosen = _first_available(importlib.import_module("transformers.utils"), _TRANSFORMERS_CHAIN)
-    if chosen is not None:
-        device, how = f"{chosen}:0", f"its own chain (is_torch_{chosen}_available)"
-    elif torch.cuda.is_available():
-        device, how = "cuda:0", "its own chain (torch.cuda.is_available)"
-    elif environ.get(_TORCH_DEVICE):
-        device, how = environ[_TORCH_DEVICE], f"its own chain's last step, {_TORCH_DEVICE}"
-    else:
-        device, how = "cpu", "its own chain's last step (nothing found)"
-    return FrameworkChoice("transformers", None, device, "NO", None, 1, how)
+def _choice(
+    framework: str, entry: Mapping[str, Any], environ: Mapping[str, str], how: str
+) -> FrameworkChoice | str:
+    """A question's answer as a :class:`FrameworkChoice`, or the framework's refusal."""
+    if "error" in entry:
+        return str(entry["error"])
+    answer = entry["answer"]
+    distributed = str(answer["distributed_type"])
+    processes = 1 if distributed == "NO" else launched_world_size(environ)
+    return FrameworkChoice(
+        framework, None, str(answer["device"]), distributed, answer["backend"], processes, how
+    )
 
 
 def _device_type(device: str) -> str:
     return device.partition(":")[0]
 
 
-# ---------------------------------------------------------------------- the plan
-@dataclass(frozen=True)
-class _Plan:
-    """What :func:`install` will set, and what accelerate then picks (decided before any change)."""
-
-    device: str
-    environment: dict[str, str]
-    partial_state_cpu: bool
-    expected: FrameworkChoice
-
-
-def _plan(accelerator: Accelerator, environ: Mapping[str, str], device: str) -> _Plan:
-    """Decide the levers for ``accelerator`` in ``environ``; raise if none can work."""
-    device_type = _device_type(device)
-    launched = _is_launched(environ)
-    world = launched_world_size(environ)
+def _multi_device_types() -> dict[str, str]:
+    """Device type -> accelerate's ``MULTI_*`` member name (``MULTI_GPU`` is ``cuda``)."""
     distributed_type = importlib.import_module("accelerate.utils").DistributedType
-    multi_types = _multi_device_types(distributed_type)
+    table: dict[str, str] = {}
+    for name in distributed_type.__members__:
+        if name.startswith("MULTI_"):
+            device = name.removeprefix("MULTI_").lower()
+            table["cuda" if device == "gpu" else device] = name
+    return table
+
+
+# ---------------------------------------------------------------------- the plan
+def _levers(device: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables :func:`install` sets for ``device``; raises if the user's say otherwise."""
+    device_type = _device_type(device)
     user_device = environ.get(_TORCH_DEVICE)
     if user_device and _device_type(user_device) != device_type:
         raise AccelerateStateConflictError(
@@ -324,18 +325,55 @@ def _plan(accelerator: Accelerator, environ: Mapping[str, str], device: str) -> 
             f"DS_ACCELERATOR={_device_type(user_device)} so that anyaccel agrees."
         )
     if device_type == "cpu":
-        env = {**environ, _USE_CPU: "true"}
-        expected = _accelerate_choice(env, cpu=True)
-        fast = accelerator.communication_backend_name()
-        if expected.backend == "gloo" and fast != "gloo":
-            # MULTI_CPU's gloo, made by _join_on_the_cpus_backend before accelerate makes it
-            how = f"{expected.how}; the process group made by anyaccel on {fast}"
-            expected = FrameworkChoice(**{**asdict(expected), "backend": fast, "how": how})
-        return _Plan("cpu", {_USE_CPU: "true"}, True, expected)
-    if not launched:
-        env = {**environ, _TORCH_DEVICE: device}
-        expected = _accelerate_choice(env, cpu=False)
-        return _Plan(device, {_TORCH_DEVICE: device}, False, expected)
+        return {_USE_CPU: "true"}
+    if not _is_launched(environ):
+        return {_TORCH_DEVICE: device}
+    return {}  # several processes: accelerate's own choice, checked by _judge
+
+
+def _after(levers: Mapping[str, str], ask: tuple[str, ...]) -> Scenario:
+    """The scenario "after install()": the levers set."""
+    return Scenario("after install()", ask, tuple(sorted(levers.items())))
+
+
+def _questions(versions: Mapping[str, str | None]) -> tuple[str, ...]:
+    """Who is asked what each does: accelerate, and transformers where it is installed."""
+    return ("accelerate", "transformers") if versions.get("transformers") else ("accelerate",)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What :func:`install` will set, and what accelerate and transformers said they then do."""
+
+    device: str
+    environment: dict[str, str]
+    accelerate: FrameworkChoice
+    transformers: FrameworkChoice | None
+
+
+def _judge(
+    device: str,
+    levers: dict[str, str],
+    environ: Mapping[str, str],
+    answers: Mapping[str, Mapping[str, Any]],
+) -> _Plan:
+    """The plan, from what the frameworks answered with the levers set; raise if it fails."""
+    device_type = _device_type(device)
+    world = launched_world_size(environ)
+    how = "Accelerator() asked in a child process"
+    after = _choice("accelerate", answers["accelerate"], environ, how)
+    if isinstance(after, str):
+        raise AccelerateIntegrationError(
+            f"accelerate refuses to start with {_settings(levers)}: {after}"
+        )
+    transformers: FrameworkChoice | str | None = None
+    if "transformers" in answers:
+        how = "TrainingArguments().device asked in a child process"
+        transformers = _choice("transformers", answers["transformers"], environ, how)
+    plan = _Plan(device, levers, after, None if isinstance(transformers, str) else transformers)
+    if device_type == "cpu" or not _is_launched(environ):
+        return plan
+    multi_types = _multi_device_types()
     wanted = multi_types.get(device_type)
     if wanted is None:
         raise NoDistributedTypeError(
@@ -345,8 +383,7 @@ def _plan(accelerator: Accelerator, environ: Mapping[str, str], device: str) -> 
             f"DistributedType.NO or on another device. Run one process with accelerate, or use "
             f"anyaccel.distributed with torch.distributed directly for this device."
         )
-    own = _accelerate_choice(environ, cpu=_flag(environ.get(_USE_CPU)))
-    if own.distributed_type != wanted:
+    if after.distributed_type != wanted or _device_type(after.device) != device_type:
         launcher = (
             ""
             if environ.get("LOCAL_RANK", "-1") != "-1"
@@ -354,36 +391,48 @@ def _plan(accelerator: Accelerator, environ: Mapping[str, str], device: str) -> 
         )
         raise NoDistributedTypeError(
             f"this is a {world}-process job on anyaccel's {device_type!r} device, but accelerate "
-            f"would run it as DistributedType.{own.distributed_type} on {own.device!r} "
-            f"(backend {own.backend}): accelerate has {wanted}, yet its device chain does not "
-            f"reach {device_type!r} here and it has no setting to choose a device for a "
-            f"multi-process job. To fix it, {launcher}make {device_type!r} the only device "
-            f"family visible, or set DS_ACCELERATOR={own.device} so that anyaccel agrees."
+            f"would run it as DistributedType.{after.distributed_type} on "
+            f"{_device_type(after.device)!r} (backend {after.backend}): accelerate has {wanted}, "
+            f"yet it does not pick {device_type!r} here and it has no setting to choose a device "
+            f"for a multi-process job. To fix it, {launcher}make {device_type!r} the only device "
+            f"family visible, or set DS_ACCELERATOR={_device_type(after.device)} so that "
+            f"anyaccel agrees."
         )
-    return _Plan(device, {}, False, own)
+    return plan
 
 
-def _existing_state() -> dict[str, Any] | None:
-    """accelerate's shared ``PartialState`` if one exists (from the module, never created)."""
-    state_module = importlib.import_module("accelerate.state")
-    shared = state_module.PartialState._shared_state
-    return dict(shared) if shared else None
+def _settings(levers: Mapping[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in levers.items()) or "nothing set"
+
+
+def _existing_state() -> Any:
+    """accelerate's shared ``PartialState`` if one exists in this process, else None.
+
+    A documented hook (accelerate has no public "does a state exist" for ``PartialState``):
+    ``PartialState._shared_state`` is the dict every ``PartialState`` shares, empty until the
+    first one is built. Where a release lacks it, the public ``accelerate.state.is_initialized()``
+    answers instead (it sees states built by ``Accelerator()``, not by a bare ``PartialState()``).
+    Once one exists, ``PartialState()`` returns it and builds nothing.
+    """
+    state = importlib.import_module("accelerate.state")
+    shared = getattr(state.PartialState, "_shared_state", None)
+    exists = bool(shared) if isinstance(shared, dict) else bool(state.is_initialized())
+    return state.PartialState() if exists else None
 
 
 def _check_existing(plan: _Plan) -> None:
     existing = _existing_state()
     if existing is None:
         return
-    device = existing.get("device")
-    distributed = existing.get("distributed_type")
-    distributed_name = getattr(distributed, "name", str(distributed))
+    device = existing.device
+    distributed_name = existing.distributed_type.name
     same_device = device is not None and device.type == _device_type(plan.device)
-    if same_device and distributed_name == plan.expected.distributed_type:
+    if same_device and distributed_name == plan.accelerate.distributed_type:
         return
     raise AccelerateStateConflictError(
         f"accelerate's state already exists on {str(device)!r} as "
         f"DistributedType.{distributed_name}, but anyaccel's device is {plan.device!r} "
-        f"(DistributedType.{plan.expected.distributed_type}). accelerate keeps its first state "
+        f"(DistributedType.{plan.accelerate.distributed_type}). accelerate keeps its first state "
         f"for the whole process: call anyaccel.integrations.accelerate.install() before the "
         f"first Accelerator(), PartialState() or TrainingArguments(...)."
     )
@@ -392,7 +441,7 @@ def _check_existing(plan: _Plan) -> None:
 # ---------------------------------------------------------------------- install / uninstall
 @dataclass(frozen=True)
 class Installation:
-    """What :func:`install` changed, so that :func:`uninstall` can put it back."""
+    """What :func:`install` set (so that :func:`uninstall` can put it back), and what follows."""
 
     device: str
     distributed_type: str
@@ -400,12 +449,10 @@ class Installation:
     backend: str | None
     environment: dict[str, str]
     previous_environment: dict[str, str | None]
-    partial_state_cpu: bool
 
 
 _lock = ForkSafeLock(reentrant=True)  # renewed in a forked child
 _installation: Installation | None = None
-_original_init: Callable[..., None] | None = None
 
 
 def installed() -> Installation | None:
@@ -420,87 +467,23 @@ def _restore(name: str, value: str | None) -> None:
         os.environ[name] = value
 
 
-@contextlib.contextmanager
-def _environment(environ: Mapping[str, str]) -> Iterator[None]:
-    """Run with ``os.environ`` made equal to ``environ`` (accelerate reads ``os.environ``)."""
-    changed = {
-        name: os.environ.get(name)
-        for name in set(os.environ) | set(environ)
-        if os.environ.get(name) != environ.get(name)
-    }
-    try:
-        for name in changed:
-            _restore(name, environ.get(name))
-        yield
-    finally:
-        for name, value in changed.items():
-            _restore(name, value)
-
-
-def _patch_partial_state_cpu() -> None:
-    """Make ``PartialState(...)`` build a CPU state, as ``ACCELERATE_USE_CPU`` does elsewhere."""
-    global _original_init
-    partial_state = importlib.import_module("accelerate.state").PartialState
-    original: Callable[..., None] = partial_state.__init__
-
-    @functools.wraps(original)
-    def __init__(self: Any, cpu: bool = False, **kwargs: Any) -> None:
-        _join_on_the_cpus_backend(kwargs)
-        original(self, True, **kwargs)  # anyaccel chose the CPU: see install()
-        if self.backend == "gloo" and _group_backend() not in (None, "gloo"):
-            self.backend = _group_backend()  # the group's real backend: anyaccel_shm
-
-    _original_init = original
-    partial_state.__init__ = __init__
-
-
-def _join_on_the_cpus_backend(kwargs: Mapping[str, Any]) -> None:
-    """Make MULTI_CPU's process group on the CPU's backend (anyaccel_shm) before accelerate would.
-
-    accelerate names ``"gloo"`` for every MULTI_CPU job and refuses another ``backend=``, but
-    uses a group that already exists: ``init_distributed()`` makes it (any launcher accelerate
-    reads, ``timeout=`` as accelerate would pass it). Nothing when the plan is gloo (across
-    nodes, ``ANYACCEL_SHM_BACKEND=0``), not MULTI_CPU, or a group exists.
-    """
-    plan = _installation
-    if plan is None or plan.distributed_type != "MULTI_CPU" or plan.backend in (None, "gloo"):
-        return
-    import torch.distributed as dist
-
-    from anyaccel.distributed import init_distributed
-
-    if not dist.is_initialized():
-        init_distributed(backend=plan.backend, timeout=kwargs.get("timeout"), set_device=False)
-
-
-def _group_backend() -> str | None:
-    """The default process group's backend, None without one."""
-    import torch.distributed as dist
-
-    return str(dist.get_backend()) if dist.is_available() and dist.is_initialized() else None
-
-
-def _unpatch_partial_state() -> None:
-    global _original_init
-    if _original_init is not None:
-        importlib.import_module("accelerate.state").PartialState.__init__ = _original_init
-        _original_init = None
-
-
 def install(accelerator: Accelerator | None = None) -> Installation:
     """Make accelerate's (and transformers') state agree with anyaccel's accelerator.
 
     Call it before the first ``Accelerator()``, ``PartialState()`` or ``TrainingArguments``.
+    It sets only the documented variables (module docstring) and asks accelerate, and for one
+    process transformers, in a child process what they then do (:func:`ask_frameworks`).
     Idempotent for the same device. ``accelerator`` defaults to ``get_accelerator()``.
 
     Raises :class:`AccelerateNotInstalledError` or :class:`UnsupportedVersionError` (see
     :func:`check_versions`), :class:`AccelerateStateConflictError` if accelerate's state already
     exists with another device, :class:`NoDistributedTypeError` for a multi-process job on a
-    device accelerate cannot run distributed, and ``anyaccel.InvalidAcceleratorError`` (a
+    device accelerate does not pick itself, :class:`AccelerateIntegrationError` when accelerate
+    refuses these settings or cannot be asked, and ``anyaccel.InvalidAcceleratorError`` (a
     ``TypeError``) for an ``accelerator`` that is no accelerator object (``"cpu"``). Nothing is
     changed when it raises: an earlier installation stays in place. Warns with
-    :class:`TransformersDeviceWarning` if transformers' own single-process chain would still
-    pick another device (then pass ``TrainingArguments(use_cpu=True)`` or hide that device).
+    :class:`TransformersDeviceWarning` if transformers will still pick another device for one
+    process (then pass ``TrainingArguments(use_cpu=True)`` or hide that device).
     """
     global _installation
     accelerator = _accelerator_argument(accelerator, "install()")
@@ -513,39 +496,39 @@ def install(accelerator: Accelerator | None = None) -> Installation:
         if current is not None and _device_type(current.device) == _device_type(device):
             return current
         environ = _environ_without(current)  # judged as if the earlier one were undone
-        plan = _plan(accelerator, environ, device)
+        levers = _levers(device, environ)
+        scenario = _after(levers, _questions(versions))  # the same as explain()'s: asked once
+        plan = _judge(device, levers, environ, ask_frameworks((scenario,), environ)[scenario.name])
         _check_existing(plan)
         warning = None
-        if versions.get("transformers") is not None and plan.expected.distributed_type == "NO":
-            after = _transformers_choice({**environ, **plan.environment}, plan.expected)
-            if _device_type(after.device) != _device_type(plan.device):
-                fix = (
-                    "pass TrainingArguments(use_cpu=True)"
-                    if plan.device == "cpu"
-                    else f"hide the {_device_type(after.device)!r} devices from this process"
-                )
-                warning = (
-                    f"transformers' TrainingArguments will still pick {after.device!r} by "
-                    f"{after.how}, not anyaccel's {plan.device!r}: {fix}."
-                )
+        after = plan.transformers
+        one_process = plan.accelerate.distributed_type == "NO"
+        if one_process and after and _device_type(after.device) != _device_type(plan.device):
+            fix = (
+                "pass TrainingArguments(use_cpu=True)"
+                if plan.device == "cpu"
+                else f"hide the {_device_type(after.device)!r} devices from this process"
+            )
+            warning = (
+                f"transformers' TrainingArguments will still pick {after.device!r} (asked with "
+                f"{_settings(levers)}), not anyaccel's {plan.device!r}: {fix}."
+            )
         # accelerate's MULTI_CPU runs DDP on gloo: see anyaccel.distributed.exit_grace
         from anyaccel.distributed.exit_grace import pause_for_backend
 
-        pause_for_backend(plan.expected.backend or "")  # a bad ANYACCEL_EXIT_GRACE: refused now
+        pause_for_backend(plan.accelerate.backend or "")  # a bad ANYACCEL_EXIT_GRACE: refused now
         if current is not None:  # every check passed: only now is the earlier one undone
             uninstall()
         previous = {name: os.environ.get(name) for name in plan.environment}
-        os.environ.update(plan.environment)
-        if plan.partial_state_cpu:
-            _patch_partial_state_cpu()
+        for name, value in plan.environment.items():
+            os.environ[name] = value
         _installation = Installation(
             device=plan.device,
-            distributed_type=plan.expected.distributed_type,
-            num_processes=plan.expected.num_processes,
-            backend=plan.expected.backend,
+            distributed_type=plan.accelerate.distributed_type,
+            num_processes=plan.accelerate.num_processes,
+            backend=plan.accelerate.backend,
             environment=dict(plan.environment),
             previous_environment=previous,
-            partial_state_cpu=plan.partial_state_cpu,
         )
     if warning is not None:
         warnings.warn(warning, TransformersDeviceWarning, stacklevel=2)
@@ -575,7 +558,7 @@ def _environ_without(installation: Installation | None) -> dict[str, str]:
 
 
 def uninstall() -> None:
-    """Undo :func:`install`: restore the environment variables and ``PartialState``.
+    """Undo :func:`install`: put back the environment variables it set.
 
     A state accelerate already built keeps its device; this only affects states built later.
     """
@@ -585,14 +568,13 @@ def uninstall() -> None:
             return
         for name, value in _installation.previous_environment.items():
             _restore(name, value)
-        _unpatch_partial_state()
         _installation = None
 
 
 # ---------------------------------------------------------------------- explain
 @dataclass(frozen=True)
 class Explanation:
-    """anyaccel's device next to what accelerate and transformers pick, and their limits."""
+    """anyaccel's device next to what accelerate and transformers said they do, and limits."""
 
     anyaccel_device: str
     anyaccel_backend: str
@@ -604,6 +586,7 @@ class Explanation:
     transformers_after_install: FrameworkChoice | None = None
     install_refused: str | None = None
     limits: dict[str, str] = field(default_factory=dict)
+    refusals: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (for ``anyaccel report --json``)."""
@@ -623,6 +606,7 @@ class Explanation:
         ):
             if choice is not None:
                 rows.append((label, _format_choice(choice)))
+        rows.extend((label, f"refused: {text}") for label, text in self.refusals.items())
         if self.install_refused is not None:
             rows.append(("install()", f"refused: {self.install_refused}"))
         rows.extend((f"limit: {name}", text) for name, text in self.limits.items())
@@ -643,149 +627,132 @@ def _format_choice(choice: FrameworkChoice) -> str:
     )
 
 
-def _limits(device_type: str) -> dict[str, str]:
-    """accelerate's fp16, grad-scaler and ``device_map="auto"`` behaviour for ``device_type``."""
-    import torch
-
-    utils = importlib.import_module("accelerate.utils")
+def _limits(device_type: str, answers: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """accelerate's fp16 and ``device_map="auto"`` answers for ``device_type``, as text."""
     limits: dict[str, str] = {}
-    if device_type == "cpu":
-        limits["fp16"] = "accelerate skips fp16 autocast and the GradScaler on the CPU (use bf16)"
-    elif device_type in ACCELERATE_FP16_DEVICES:
-        limits["fp16"] = f"accepted by accelerate on {device_type!r}"
+    fp16 = answers["fp16"]
+    if "error" in fp16:
+        limits["fp16"] = f"refused by accelerate on {device_type!r}: {fp16['error']}; use bf16"
     else:
-        limits["fp16"] = (
-            f"refused by accelerate on {device_type!r}: Accelerator(mixed_precision='fp16') "
-            f"raises ValueError (its list: {', '.join(ACCELERATE_FP16_DEVICES)}); use bf16"
+        answer = fp16["answer"]
+        scaler = (
+            "no GradScaler"
+            if answer["grad_scaler"] is None
+            else f"a GradScaler from {answer['grad_scaler']}, "
+            + ("enabled" if answer["grad_scaler_enabled"] else "disabled")
         )
-    scaler = _first_available(utils, _GRAD_SCALER_CHAIN) or "cuda"
-    if device_type != "cpu":
-        verdict = "matches" if scaler == device_type else f"not {device_type!r}"
-        limits["grad scaler device"] = f"{scaler} (accelerate's get_grad_scaler; {verdict})"
-    family = _first_available(utils, _DEVICE_MAP_CHAIN)
-    if family is None:
-        family = "cuda" if torch.cuda.is_available() else None
-    spread = [d for d in (family, "mps" if utils.is_mps_available() else None, "cpu") if d]
-    verdict = (
-        "uses this device" if device_type in spread else f"never places weights on {device_type!r}"
-    )
-    limits['device_map="auto"'] = f"spreads over {', '.join(spread)} ({verdict})"
+        limits["fp16"] = f"accepted by accelerate on {answer['device']!r} ({scaler})"
+    spread = answers["device_map"]
+    if "error" in spread:
+        limits['device_map="auto"'] = f"accelerate's get_max_memory() fails: {spread['error']}"
+    else:
+        devices = [str(device) for device in spread["answer"]]
+        types = {_device_type(device) if not device.isdigit() else "" for device in devices}
+        verdict = (
+            "uses this device"
+            if device_type in types
+            else f"never places weights on {device_type!r}"
+        )
+        limits['device_map="auto"'] = f"spreads over {', '.join(devices)} ({verdict})"
     return limits
 
 
-#: Asks transformers itself, in a child process, whether ``TrainingArguments`` takes bf16 here
-#: (alone, then with ``use_cpu=True``); prints one JSON object: arguments -> error or null.
-_TRAINER_BF16_PROBE = """
-import json, sys, tempfile, warnings
-warnings.simplefilter("ignore")
-from transformers import TrainingArguments
-answers = {}
-for words, extra in (("bf16=True", {}), ("bf16=True, use_cpu=True", {"use_cpu": True})):
-    try:
-        with tempfile.TemporaryDirectory() as out:
-            TrainingArguments(output_dir=out, bf16=True, report_to="none", **extra)
-        answers[words] = None
-    except Exception as error:
-        answers[words] = f"{type(error).__name__}: {error}".splitlines()[0]
-print(json.dumps(answers))
-"""
-#: Launcher variables the probe's child must not see (it would join a process group).
-_LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
+#: ``TrainingArguments(bf16=True)`` alone, then with ``use_cpu=True``, in one process.
+_BF16 = Scenario("bf16", ("bf16=True", "bf16=True, use_cpu=True"), unset=_LAUNCH_VARIABLES)
+
+
+def _bf16_line(answers: Mapping[str, Mapping[str, Any]], device_type: str) -> str:
+    """The line that works for bf16; ``use_cpu=True`` only where the device is the CPU."""
+    alone, with_cpu = answers["bf16=True"].get("error"), answers["bf16=True, use_cpu=True"]
+    if alone is None:
+        return "TrainingArguments(bf16=True) is accepted by transformers here"
+    refused = f"TrainingArguments(bf16=True) is refused by transformers here ({alone})"
+    if "error" not in with_cpu and device_type == "cpu":
+        return f"{refused}; TrainingArguments(bf16=True, use_cpu=True) is accepted: use that line"
+    if "error" not in with_cpu:  # elsewhere that line would move training off the device
+        off = f"use_cpu=True would train on the CPU instead of {device_type!r}"
+        return f"{refused}; {off}: use bf16=False"
+    return f"{refused}; use bf16=False"
 
 
 def trainer_bf16(
     environ: Mapping[str, str] | None = None,
-    timeout: float = 120.0,
+    timeout: float = 300.0,
     device_type: str | None = None,
 ) -> str:
     """What the Trainer says to ``TrainingArguments(bf16=True)`` here, and the line that works.
 
-    transformers is asked in a child process (it validates the arguments as a user's script
-    would), so nothing in this process is built or changed. ``use_cpu=True`` is named only
-    where ``device_type`` (default: the selected accelerator's) is the CPU: elsewhere it would
-    move training off the device.
+    transformers is asked in a child process (:func:`ask_frameworks`; it validates the
+    arguments as a user's script would), so nothing in this process is built or changed.
+    ``use_cpu=True`` is named only where ``device_type`` (default: the selected accelerator's)
+    is the CPU: elsewhere it would move training off the device.
     """
-    import json
-    import subprocess
-    import sys
-
-    env = dict(os.environ if environ is None else environ)
-    for name in (*_LAUNCH_VARIABLES, *_WORLD_SIZE_ENVS):
-        env.pop(name, None)
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", _TRAINER_BF16_PROBE],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout,
-        )
-        answers = json.loads(done.stdout.strip().splitlines()[-1])
-    except (subprocess.TimeoutExpired, ValueError, IndexError, OSError) as error:
-        return f"transformers could not be asked ({type(error).__name__}: {error})"
-    alone, with_cpu = answers.get("bf16=True"), answers.get("bf16=True, use_cpu=True")
-    if alone is None:
-        return "TrainingArguments(bf16=True) is accepted by transformers here"
+        answers = ask_frameworks((_BF16,), environ, timeout)[_BF16.name]
+    except AccelerateIntegrationError as error:
+        return f"transformers could not be asked ({error})"
     if device_type is None:
         device_type = _device_type(_accelerator_argument(None, "trainer_bf16()").device_name())
-    if with_cpu is None and device_type == "cpu":
-        return (
-            f"TrainingArguments(bf16=True) is refused by transformers here ({alone}); "
-            "TrainingArguments(bf16=True, use_cpu=True) is accepted: use that line"
-        )
-    if with_cpu is None:
-        return (
-            f"TrainingArguments(bf16=True) is refused by transformers here ({alone}); "
-            f"use_cpu=True would train on the CPU instead of {device_type!r}: use bf16=False"
-        )
-    return f"TrainingArguments(bf16=True) is refused by transformers here ({alone}); use bf16=False"
+    return _bf16_line(answers, device_type)
 
 
 def explain(accelerator: Accelerator | None = None) -> Explanation:
-    """anyaccel's choice next to what accelerate and transformers pick on their own.
+    """anyaccel's choice next to what accelerate and transformers do, alone and after install().
 
-    Builds no framework state and changes nothing (accelerate's availability checks run, as
-    they would in accelerate itself). Raises like :func:`check_versions` when accelerate is
-    missing or unsupported, and ``anyaccel.InvalidAcceleratorError`` for an ``accelerator``
-    that is no accelerator object.
+    Asks them in one child process (:func:`ask_frameworks`, its answers kept for the same
+    settings), so it builds no framework state here and changes nothing. Raises like
+    :func:`check_versions` when accelerate is missing or unsupported,
+    :class:`AccelerateIntegrationError` when the child cannot answer, and
+    ``anyaccel.InvalidAcceleratorError`` for an ``accelerator`` that is no accelerator object.
     """
     accelerator = _accelerator_argument(accelerator, "explain()")
     versions = check_versions()
     device = accelerator.device_name()
     device_type = _device_type(device)
     environ = _environ_without(_installation)  # "on its own" means without what install() set
-    own = _accelerate_choice(environ, cpu=_flag(environ.get(_USE_CPU)))
-    own = FrameworkChoice(**{**asdict(own), "version": versions["accelerate"]})
     has_transformers = versions.get("transformers") is not None
-    own_transformers = _transformers_choice(environ, own) if has_transformers else None
-    after: FrameworkChoice | None = None
-    after_transformers: FrameworkChoice | None = None
+    both = _questions(versions)
+    alone = Scenario("on its own", both)
     refused: str | None = None
     try:
-        plan = _plan(accelerator, environ, device)
+        levers = _levers(device, environ)
     except AccelerateIntegrationError as error:
-        refused = str(error)
-    else:
-        after = plan.expected
-        if has_transformers:
-            after_transformers = _transformers_choice({**environ, **plan.environment}, after)
-    limits = _limits(device_type)
-    if own_transformers is not None:
-        own_transformers = FrameworkChoice(
-            **{**asdict(own_transformers), "version": versions["transformers"]}
-        )
-        limits["Trainer bf16"] = trainer_bf16(environ, device_type=device_type)
+        refused, levers = str(error), {}
+    after = _after(levers, both)
+    limits_scenario = Scenario("limits", ("fp16", "device_map"), after.set)
+    scenarios = (alone, after, limits_scenario, *((_BF16,) if has_transformers else ()))
+    answers = ask_frameworks(scenarios, environ)
+    refusals: dict[str, str] = {}
+    own: dict[str, FrameworkChoice | None] = {}
+    for framework in both:
+        how = "asked in a child process, nothing set"
+        choice = _choice(framework, answers[alone.name][framework], environ, how)
+        if isinstance(choice, str):
+            refusals[f"{framework} on its own"] = choice
+            own[framework] = None
+        else:
+            own[framework] = FrameworkChoice(**{**asdict(choice), "version": versions[framework]})
+    plan: _Plan | None = None
+    if refused is None:
+        try:
+            plan = _judge(device, levers, environ, answers[after.name])
+        except AccelerateIntegrationError as error:
+            refused = str(error)
+    limits = _limits(device_type, answers[limits_scenario.name])
+    if has_transformers:
+        limits["Trainer bf16"] = _bf16_line(answers[_BF16.name], device_type)
     return Explanation(
         anyaccel_device=device,
         anyaccel_backend=accelerator.communication_backend_name(),
         world_size=launched_world_size(environ),
         versions=versions,
-        accelerate=own,
-        transformers=own_transformers,
-        after_install=after,
-        transformers_after_install=after_transformers,
+        accelerate=own.get("accelerate"),
+        transformers=own.get("transformers"),
+        after_install=None if plan is None else plan.accelerate,
+        transformers_after_install=None if plan is None else plan.transformers,
         install_refused=refused,
         limits=limits,
+        refusals=refusals,
     )
 
 

@@ -14,7 +14,12 @@ from anyaccel.distributed import BACKEND_NAME, backend_choice
 from anyaccel.distributed.errors import DistributedSetupError
 from anyaccel.distributed.process_group import cpu_collectives
 from anyaccel.distributed.shm import backend as backend_module
-from anyaccel.distributed.shm.backend import register_backend, shm_backend_wanted
+from anyaccel.distributed.shm.backend import (
+    C10dObject,
+    c10d_object_for,
+    register_backend,
+    shm_backend_wanted,
+)
 from anyaccel.errors import InvalidSettingError
 
 from ..ranks import finish, free_port, multiprocess, shm_entries, start_ranks
@@ -62,23 +67,32 @@ def test_the_environment_and_the_argument_turn_it_on_and_off(
     assert shm_backend_wanted(False) == (False, "shm_backend=False")
 
 
-def test_the_factory_reads_whether_the_spec_names_other_backends(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("spec", "default_spec", "gets"),
+    [
+        ("anyaccel_shm", None, C10dObject.WHOLE_GROUP),
+        ("ANYACCEL_SHM", None, C10dObject.WHOLE_GROUP),
+        ("cpu:anyaccel_shm", None, C10dObject.WHOLE_GROUP),
+        ("cpu:anyaccel_shm,cuda:gloo", None, C10dObject.CPU_BACKEND),
+        ("cuda:nccl, cpu:anyaccel_shm", None, C10dObject.CPU_BACKEND),  # either order
+        ("anyaccel_shm", "cpu:anyaccel_shm,cuda:nccl", C10dObject.WHOLE_GROUP),  # named: wins
+        # torch called directly (no spec): a new_group() inherits the default group's
+        (None, "cpu:anyaccel_shm,cuda:nccl", C10dObject.CPU_BACKEND),
+        (None, "anyaccel_shm", C10dObject.WHOLE_GROUP),
+        # a default group without anyaccel_shm: this group named it itself, spec unknown
+        (None, "cpu:gloo,cuda:nccl", C10dObject.WHOLE_GROUP),
+        (None, None, C10dObject.WHOLE_GROUP),  # no default group: checked at the first collective
+    ],
+)
+def test_one_rule_says_which_c10d_object_a_spec_gets(
+    spec: str | None, default_spec: str | None, gets: C10dObject
 ) -> None:
-    config_class = dist.distributed_c10d.BackendConfig
-    register_backend()
+    assert c10d_object_for(spec, default_spec) is gets
 
-    def _new_process_group_helper(spec: str) -> bool | None:  # torch's name, as the factory sees
-        backend_config = config_class(dist.Backend(spec))  # noqa: F841  (read from this frame)
-        return backend_module._spec_names_other_backends()
 
-    assert _new_process_group_helper("anyaccel_shm") is False
-    assert _new_process_group_helper("cpu:anyaccel_shm") is False
-    assert _new_process_group_helper("cpu:anyaccel_shm,cuda:gloo") is True
-    assert _new_process_group_helper("cuda:gloo,cpu:anyaccel_shm") is True  # either order
-    assert backend_module._spec_names_other_backends() is None  # not inside torch: unknown
-
-    # a class that cannot be built: an error when the spec needs it, else the whole-group form
+def test_a_backend_class_that_cannot_be_built_is_refused_naming_the_fix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from anyaccel.ops.cpu.shm_backend import ShmBackendBuilder
     from anyaccel.ops.errors import OpBuildError
 
@@ -87,10 +101,54 @@ def test_the_factory_reads_whether_the_spec_names_other_backends(
 
     monkeypatch.setattr(ShmBackendBuilder, "load", broken)
     with pytest.raises(DistributedSetupError, match=r"g\+\+ failed.*new_group\(backend="):
-        backend_module._device_backend_module(spec_known=True)
-    with caplog.at_level("WARNING"):
-        assert backend_module._device_backend_module(spec_known=False) is None
-    assert "whole-group" in caplog.text
+        backend_module._device_backend_module()
+
+
+SPECS = textwrap.dedent(
+    """
+    import json
+    import torch, torch.distributed as dist
+    from anyaccel.distributed import DistributedSetupError, init_distributed
+    from anyaccel.distributed.shm.backend import making_group
+    init_distributed("anyaccel_shm")
+    mixed = "cpu:anyaccel_shm,cuda:gloo"
+    result = {"world": type(dist.group.WORLD).__name__,
+              "plain": type(dist.new_group(backend="anyaccel_shm")).__name__}
+    direct = dist.new_group(backend=mixed)  # torch tells the factory no spec
+    result["direct"] = type(direct).__name__
+    try:
+        dist.all_reduce(torch.ones(4), group=direct)
+        result["direct_all_reduce"] = "ran"
+    except DistributedSetupError as error:
+        result["direct_all_reduce"] = str(error)
+    with making_group(mixed):  # what init_distributed(mixed) says to the factory
+        named = dist.new_group(backend=mixed)
+    result["named"] = type(named).__name__
+    total = torch.ones(4) * (dist.get_rank() + 1)
+    dist.all_reduce(total, group=named)
+    result["named_sum"] = total.tolist()
+    dist.destroy_process_group()
+    print(json.dumps(result), flush=True)
+    """
+)
+
+
+@multiprocess
+def test_each_spec_gets_the_c10d_object_the_rule_names() -> None:
+    """Whole groups for anyaccel_shm alone; beside another backend, the CPU's c10d Backend."""
+    for out in finish(start_ranks(SPECS)):
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["world"] == result["plain"] == "ShmProcessGroup", result
+        # torch made the mixed spec without anyaccel: refused at once, never half-applied
+        assert result["direct"] == "ShmProcessGroup", result
+        assert (
+            "'cpu:anyaccel_shm,cuda:gloo' by torch.distributed directly"
+            in (result["direct_all_reduce"])
+        ), result
+        assert "init_distributed()" in result["direct_all_reduce"], result
+        # named through anyaccel: a group of torch's with anyaccel_shm as its CPU backend
+        assert result["named"] == "ProcessGroup", result
+        assert result["named_sum"] == [3.0] * 4, result
 
 
 def test_init_distributed_on_one_rank_picks_it_and_reports_why(

@@ -18,15 +18,27 @@ Native calls run synchronously and return a completed ``Work`` (``wait()`` retur
 group's timeout; ranks that pass different sizes, dtypes or ops raise on every rank. A rank
 that sends one of the ``NATIVE`` collectives to gloo announces it on the segment first, so
 ranks that take different paths for one call fail at once instead of at the timeout.
+
+torch's private ground, used here only (each also listed in ``tests/test_private_ground.py``):
+``torch._C._distributed_c10d`` for ``AllgatherOptions`` and a finished ``Work`` from a future
+(neither is re-exported by ``torch.distributed``, 2.4 to 2.14); ``ProcessGroup._register_backend``
+(how a Python group hands the methods it does not override to gloo) and
+``_set_default_backend`` (newer torch only, read with getattr); the overrides
+``_allgather_base`` and ``_reduce_scatter_base``, the names torch < 2.10 calls (newer torch
+calls the public ``all_gather_single`` and ``reduce_scatter_single``). Where torch changes
+them, gloo is the public path: ``ANYACCEL_SHM_BACKEND=0``. Which c10d object a group gets is
+decided without them: :func:`c10d_object_for`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import inspect
 import logging
 import os
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any
 
@@ -97,7 +109,9 @@ _DTYPE_TAGS: dict[torch.dtype, int] = {
 FALLBACK_TAG = 1000
 #: The collective a fallback announces, so ranks that fall back to different ones fail too.
 _KINDS = {"all_reduce": 1, "all_gather": 2, "broadcast": 3, "reduce_scatter": 4}
-#: torch's C++ collective options (``AllgatherOptions`` ...), not all re-exported by dist.
+#: A documented hook: torch.distributed's compiled module, for the two things it does not
+#: re-export on any torch from 2.4 to 2.14: ``AllgatherOptions`` and a finished ``Work`` made
+#: from a future (``_create_work_from_future``). The other options come from ``dist``.
 _C10D: Any = torch._C._distributed_c10d
 
 
@@ -116,7 +130,9 @@ def _completed(result: Any) -> Any:
 class ShmProcessGroup(dist.ProcessGroup):
     """A process group over shared memory for CPU collectives, delegating the rest to gloo."""
 
-    def __init__(self, store: Any, rank: int, size: int, timeout: timedelta) -> None:
+    def __init__(
+        self, store: Any, rank: int, size: int, timeout: timedelta, spec_known: bool = True
+    ) -> None:
         super().__init__(rank, size)  # type: ignore[call-arg]  # the stubs list one form
         c10d: Any = dist  # torch's stubs declare neither PrefixStore's export nor gloo's methods
         self.gloo: Any = c10d.ProcessGroupGloo(
@@ -136,6 +152,7 @@ class ShmProcessGroup(dist.ProcessGroup):
         else:
             self.shm.reason = "a group of one rank needs no shared memory"
         self.shm.ready = True
+        self.spec_checked = spec_known  # else read back from torch at the first collective
         adopt(self, self.shm)  # anyaccel.distributed.all_reduce(group=this) shares the segment
         announce_fallback(self.shm, rank, f"{BACKEND_NAME} runs every collective on gloo,")
 
@@ -170,6 +187,9 @@ class ShmProcessGroup(dist.ProcessGroup):
 
     # -- the native collectives -------------------------------------------------------------
     def _native(self, tensors: Sequence[torch.Tensor]) -> bool:
+        if not self.spec_checked:
+            self.spec_checked = True
+            refuse_a_whole_group_beside_other_backends(self)
         return (
             self.shm.communicator is not None
             and len(tensors) == 1
@@ -230,7 +250,7 @@ class ShmProcessGroup(dist.ProcessGroup):
             )
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
-        opts = _C10D.AllreduceOptions() if opts is None else opts
+        opts = dist.AllreduceOptions() if opts is None else opts
         op = opts.reduceOp
         premul = op == dist.ReduceOp.PREMUL_SUM
         code = 0 if premul else op_code(op)  # PREMUL_SUM: a premultiplied SUM
@@ -260,7 +280,7 @@ class ShmProcessGroup(dist.ProcessGroup):
         memory (``reduction.all_reduce_as_nccl``: AVG, PREMUL_SUM, a NaN that wins MIN/MAX)."""
 
         def reduce(target: torch.Tensor, op: Any) -> None:
-            options = _C10D.AllreduceOptions()
+            options = dist.AllreduceOptions()
             options.reduceOp = op
             options.timeout = opts.timeout
             self.gloo.allreduce([target], options).wait()
@@ -330,7 +350,7 @@ class ShmProcessGroup(dist.ProcessGroup):
         return _completed([output])
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
-        opts = _C10D.BroadcastOptions() if opts is None else opts
+        opts = dist.BroadcastOptions() if opts is None else opts
         if not self._native(tensors) or tensors[0].dtype not in _DTYPE_TAGS:
             self._to_gloo("broadcast", int(opts.rootRank))
             return self.gloo.broadcast(tensors, opts)
@@ -380,7 +400,7 @@ class ShmProcessGroup(dist.ProcessGroup):
     def reduce_scatter(  # type: ignore[override]
         self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None
     ) -> Any:
-        opts = _C10D.ReduceScatterOptions() if opts is None else opts
+        opts = dist.ReduceScatterOptions() if opts is None else opts
         native = (
             len(outputs) == 1
             and len(inputs) == 1
@@ -403,7 +423,7 @@ class ShmProcessGroup(dist.ProcessGroup):
     def _reduce_scatter_base(
         self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None
     ) -> Any:
-        opts = _C10D.ReduceScatterOptions() if opts is None else opts
+        opts = dist.ReduceScatterOptions() if opts is None else opts
         if self._scattered(output, tensor, opts):
             return _completed([output])
         self._to_gloo("reduce_scatter")
@@ -455,66 +475,139 @@ class ShmProcessGroup(dist.ProcessGroup):
         return self._reduce_scatter_base(output, tensor, opts)
 
     def barrier(self, opts: Any = None) -> Any:
-        opts = _C10D.BarrierOptions() if opts is None else opts
+        opts = dist.BarrierOptions() if opts is None else opts
         if self.shm.communicator is None:
             return self.gloo.barrier(opts)
         self._run("barrier", lambda c: c.barrier(self.shm.timeout))
         return _completed([])
 
 
-def _spec_names_other_backends() -> bool | None:
-    """Whether the group torch is making maps other devices to other backends (None: unknown).
+class C10dObject(str, enum.Enum):
+    """What :data:`BACKEND_NAME`'s factory gives torch for one group (:func:`c10d_object_for`)."""
 
-    torch passes the factory no device map, so it is read from ``_new_process_group_helper``'s
-    ``backend_config`` a few frames up; a torch that no longer has it answers None.
+    WHOLE_GROUP = "whole group"  # a Python ProcessGroup, which torch takes as the whole group
+    CPU_BACKEND = "cpu backend"  # a c10d Backend, which torch registers for CPU tensors only
+
+
+#: The backend spec of the group anyaccel is asking torch to make now (None: not anyaccel).
+_group_spec: ContextVar[str | None] = ContextVar("anyaccel_shm_group_spec", default=None)
+
+
+@contextlib.contextmanager
+def making_group(spec: str) -> Iterator[None]:
+    """Within it, a group torch makes with :data:`BACKEND_NAME` is made for backend ``spec``.
+
+    torch passes the factory no device map, so anyaccel's own calls (``init_distributed``)
+    say it this way; ``spec`` is what they pass to ``init_process_group`` / ``new_group``.
     """
-    frame: Any = sys._getframe(1)
-    for _ in range(6):
-        if frame is None:
-            return None
-        if frame.f_code.co_name == "_new_process_group_helper":
-            mapping = getattr(frame.f_locals.get("backend_config"), "get_device_backend_map", None)
-            if not callable(mapping):
-                return None
-            return any(str(name).lower() != BACKEND_NAME for name in mapping().values())
-        frame = frame.f_back
-    return None
+    token = _group_spec.set(spec)
+    try:
+        yield
+    finally:
+        _group_spec.reset(token)
 
 
-def _device_backend_module(spec_known: bool) -> Any:
-    """The compiled ``ShmBackendBuilder`` module; None where it cannot be built and need not be."""
+def spec_backends(spec: str) -> dict[str, str]:
+    """The backend each device type gets in ``spec`` (``""`` for a plain name), lowercased."""
+    entries = [entry.strip() for entry in spec.lower().split(",") if entry.strip()]
+    if len(entries) == 1 and ":" not in entries[0]:
+        return {"": entries[0]}
+    return {
+        device.strip(): backend.strip()
+        for device, _, backend in (entry.partition(":") for entry in entries)
+    }
+
+
+def c10d_object_for(spec: str | None, default_spec: str | None = None) -> C10dObject:
+    """Which c10d object a group whose backend ``spec`` names :data:`BACKEND_NAME` gets.
+
+    The one rule. anyaccel_shm the group's only backend (``"anyaccel_shm"``,
+    ``"cpu:anyaccel_shm"``): the whole group, a Python ``ProcessGroup``, no compiled code.
+    Another device given another backend (``"cpu:anyaccel_shm,cuda:nccl"``): a c10d
+    ``Backend`` for CPU tensors that torch registers beside the others (compiled; refused,
+    naming the fix, where it cannot be built). ``spec`` None (torch called directly, which
+    tells the factory no spec): judged by ``default_spec``, the default group's, where that
+    names anyaccel_shm (a ``new_group()`` naming no backend inherits it, as DDP, FSDP and
+    DeepSpeed make their subgroups); otherwise the whole group, which reads its spec back
+    from torch at its first collective and refuses one that names other backends.
+    """
+    inherited = default_spec is not None and BACKEND_NAME in spec_backends(default_spec).values()
+    known = spec if spec is not None else (default_spec if inherited else None)
+    if known is None:
+        return C10dObject.WHOLE_GROUP
+    others = {backend for backend in spec_backends(known).values() if backend != BACKEND_NAME}
+    return C10dObject.CPU_BACKEND if others else C10dObject.WHOLE_GROUP
+
+
+def _default_spec() -> str | None:
+    """The default group's backend spec (torch's public ``get_backend_config``), None without."""
+    if not dist.is_initialized():
+        return None
+    try:
+        return str(dist.get_backend_config())
+    except (RuntimeError, ValueError, KeyError, AttributeError):
+        return None
+
+
+def _beside_others_advice() -> str:
+    return (
+        f"pass the spec to anyaccel.distributed.init_distributed() (for a subgroup: call "
+        f"new_group inside anyaccel.distributed.shm.backend.making_group(spec)), which makes "
+        f"{BACKEND_NAME} a c10d Backend for CPU tensors beside the others, or use "
+        f"'cpu:gloo,cuda:nccl' with dist.new_group(backend='{BACKEND_NAME}') for the CPU "
+        "collectives"
+    )
+
+
+def refuse_a_whole_group_beside_other_backends(group: Any) -> None:
+    """Raise if torch took ``group`` as the whole group of a spec that names other backends.
+
+    That happens only when torch was called directly with such a spec (the factory could not
+    know it); torch's public ``get_backend_config`` says the spec once the group exists.
+    """
+    try:
+        spec = str(dist.get_backend_config(group))
+    except (RuntimeError, ValueError, KeyError, AttributeError, TypeError):
+        return  # a group torch does not know (made by hand): nothing to compare
+    if c10d_object_for(spec) is C10dObject.CPU_BACKEND:
+        raise DistributedSetupError(
+            f"this group was made with backend {spec!r} by torch.distributed directly, so "
+            f"{BACKEND_NAME} could not tell it shares the group with other backends, and "
+            f"torch took it as the whole group (the others would never run): "
+            f"{_beside_others_advice()}"
+        )
+
+
+def _device_backend_module() -> Any:
+    """The compiled ``ShmBackendBuilder`` module; raises where it cannot be built."""
     from anyaccel.ops.cpu.shm_backend import ShmBackendBuilder
     from anyaccel.ops.errors import OpError
 
     try:
         return ShmBackendBuilder().load()
     except OpError as exc:
-        message = (
+        raise DistributedSetupError(
             f"{BACKEND_NAME} beside another device's backend (such as "
             f"'cpu:{BACKEND_NAME},cuda:nccl') needs anyaccel's c10d backend class, which could "
             f"not be built here: {exc}. Install a C++ compiler and ninja, or use "
             f"'cpu:gloo,cuda:nccl' with dist.new_group(backend='{BACKEND_NAME}') for the CPU "
             "collectives"
-        )
-        if spec_known:
-            raise DistributedSetupError(message) from exc
-        logger.warning("%s; making the group as a whole-group %s instead", message, BACKEND_NAME)
-        return None
+        ) from exc
 
 
 def _create(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
     """The factory ``torch.distributed`` calls on every rank of a new group.
 
-    A Python ``ProcessGroup`` when anyaccel_shm is the group's only backend. Beside other
-    backends (``"cpu:anyaccel_shm,cuda:nccl"``) torch would take a returned group as the whole
-    group and drop the other devices, so the same group goes behind a c10d ``Backend`` that
-    torch registers for the CPU only, next to the others (also where the spec cannot be read:
-    that form serves every spec).
+    Returns what :func:`c10d_object_for` says for the spec anyaccel named (:func:`making_group`).
     """
     pause_for_backend(BACKEND_NAME)  # torch's gloo exit abort, whoever made the group
-    beside_others = _spec_names_other_backends()
-    module = None if beside_others is False else _device_backend_module(bool(beside_others))
-    group = ShmProcessGroup(store, rank, size, timeout)
+    spec = _group_spec.get()
+    default_spec = _default_spec() if spec is None else None
+    form = c10d_object_for(spec, default_spec)
+    module = _device_backend_module() if form is C10dObject.CPU_BACKEND else None
+    # a whole group torch made without a spec checks it at its first collective
+    unchecked = spec is None and module is None
+    group = ShmProcessGroup(store, rank, size, timeout, spec_known=not unchecked)
     if module is None:
         return group
     return module.ShmBackend(rank, size, group, group.gloo)
@@ -522,7 +615,7 @@ def _create(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
 
 def backend_registered() -> bool:
     """Whether ``torch.distributed`` knows :data:`BACKEND_NAME` in this process."""
-    return BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {})
+    return BACKEND_NAME in dist.Backend.backend_list  # register_backend appends the name
 
 
 def register_backend() -> None:

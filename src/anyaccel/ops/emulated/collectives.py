@@ -77,7 +77,7 @@ def register_collectives(device_type: str, name: str) -> str:
         taken_by = _registered.get(chosen)
         if taken_by == device_type:
             return chosen
-        if taken_by is not None or chosen.upper() in getattr(dist.Backend, "_plugins", {}):
+        if taken_by is not None or chosen in dist.Backend.backend_list:
             owner = f"the emulated {taken_by!r} device" if taken_by else "another package"
             raise EmulatedDeviceError(
                 f"the collective backend name {chosen!r} is registered with torch by {owner}; "

@@ -1,0 +1,159 @@
+"""The child program that asks accelerate and transformers what they will do in given settings.
+
+:func:`anyaccel.integrations.accelerate.ask_frameworks` runs this file's source with
+``python -c`` in a child process, so nothing is built in the asking process. It imports nothing
+of anyaccel. Each question runs in a process of its own (forked), so one answer's framework
+state never meets the next. A question asked under a launcher's variables first gets a
+one-process gloo group (on a ``HashStore``): accelerate then decides from those variables, as
+on every rank, and uses that group instead of waiting for the other ranks.
+
+Reads one JSON request from ``sys.argv[1]``: ``{"scenarios": [{"name", "set", "unset",
+"ask"}]}``; prints one JSON line: ``{name: {question: {"answer": ...} or {"error": ...}}}``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+#: What accelerate reads to tell a launched rank (LOCAL_RANK, or a world size above 1).
+_WORLD_SIZE_ENVS = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def _launched() -> bool:
+    sizes = [os.environ.get(name, "").strip() for name in _WORLD_SIZE_ENVS]
+    world = max((int(size) for size in sizes if size.isdigit()), default=1)
+    return os.environ.get("LOCAL_RANK", "-1") != "-1" or world > 1
+
+
+def _join_alone() -> None:
+    """A one-process group, so that accelerate uses it instead of making the job's own."""
+    import torch.distributed as dist
+
+    c10d: Any = dist  # torch's stubs do not declare HashStore's export
+    if c10d.is_available() and not c10d.is_initialized():
+        c10d.init_process_group("gloo", store=c10d.HashStore(), rank=0, world_size=1)
+
+
+def _framework(module: str) -> Any:
+    """A module of accelerate or transformers (untyped packages: imported by name)."""
+    return importlib.import_module(module)
+
+
+def _accelerate() -> dict[str, Any]:
+    state = _framework("accelerate").Accelerator().state
+    return {
+        "device": str(state.device),
+        "distributed_type": state.distributed_type.name,
+        "backend": state.backend,
+    }
+
+
+def _training_arguments(**arguments: Any) -> Any:
+    with tempfile.TemporaryDirectory() as out:
+        return _framework("transformers").TrainingArguments(
+            output_dir=out, report_to="none", **arguments
+        )
+
+
+def _transformers() -> dict[str, Any]:
+    arguments = _training_arguments()
+    return {
+        "device": str(arguments.device),
+        "distributed_type": arguments.distributed_state.distributed_type.name,
+        "backend": arguments.distributed_state.backend,
+    }
+
+
+def _fp16() -> dict[str, Any]:
+    accelerator = _framework("accelerate").Accelerator(mixed_precision="fp16")
+    scaler = accelerator.scaler
+    return {
+        "device": str(accelerator.device),
+        "mixed_precision": accelerator.mixed_precision,
+        "grad_scaler": None if scaler is None else type(scaler).__module__,
+        "grad_scaler_enabled": scaler is not None and scaler.is_enabled(),
+    }
+
+
+def _device_map() -> list[str]:
+    return [str(device) for device in _framework("accelerate.utils").get_max_memory()]
+
+
+def _bf16() -> None:
+    _training_arguments(bf16=True)
+
+
+def _bf16_use_cpu() -> None:
+    _training_arguments(bf16=True, use_cpu=True)
+
+
+QUESTIONS: dict[str, Callable[[], Any]] = {
+    "accelerate": _accelerate,
+    "transformers": _transformers,
+    "fp16": _fp16,
+    "device_map": _device_map,
+    "bf16=True": _bf16,
+    "bf16=True, use_cpu=True": _bf16_use_cpu,
+}
+
+
+def _answer(scenario: dict[str, Any], question: str) -> dict[str, Any]:
+    """One question in the scenario's settings, in this process: the answer or the error."""
+    os.environ.update(scenario.get("set", {}))
+    for name in scenario.get("unset", []):
+        os.environ.pop(name, None)
+    try:
+        if _launched():
+            _join_alone()
+        return {"answer": QUESTIONS[question]()}
+    except Exception as error:  # the frameworks' own refusal is the answer
+        return {"error": f"{type(error).__name__}: {error}".strip().splitlines()[0]}
+
+
+def _forked(scenario: dict[str, Any], question: str) -> dict[str, Any]:
+    """:func:`_answer` in a forked process; in this one where the platform cannot fork.
+
+    (Without ``fork``, the asking side sends one question per child.)
+    """
+    if not hasattr(os, "fork"):
+        return _answer(scenario, question)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the forked process: answer, write, leave without running any cleanup
+        os.close(read)
+        with os.fdopen(write, "w") as out:
+            json.dump(_answer(scenario, question), out)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        text = answer.read()
+    _, status = os.waitpid(pid, 0)
+    if not text:
+        return {"error": f"the process asking {question!r} died (wait status {status})"}
+    return dict(json.loads(text))
+
+
+def main() -> None:
+    warnings.simplefilter("ignore")
+    request = json.loads(sys.argv[1])
+    for scenario in request["scenarios"]:  # imported once, before the forks share them
+        if {"accelerate", "fp16", "device_map"} & set(scenario["ask"]):
+            _framework("accelerate").Accelerator  # noqa: B018  (imports it)
+        if {"transformers", "bf16=True"} & set(scenario["ask"]):
+            _framework("transformers").TrainingArguments  # noqa: B018  (transformers is lazy)
+    answers = {
+        scenario["name"]: {question: _forked(scenario, question) for question in scenario["ask"]}
+        for scenario in request["scenarios"]
+    }
+    print(json.dumps(answers))
+
+
+if __name__ == "__main__":
+    main()
