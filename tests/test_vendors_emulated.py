@@ -241,3 +241,21 @@ def test_the_ddp_example_under_torchrun_trains_on_two_musas_on_mccl_as_on_the_cp
     cpu = _run(command, None, torchrun=True).stdout
     assert "done: 2 ranks on musa (mccl), parameters in sync across ranks" in musa, musa
     assert _steps(musa) == _steps(cpu) and len(_steps(musa)) == 2
+
+
+CHILD = """
+import subprocess, sys
+code = ("import torch; from anyaccel import get_accelerator; a = get_accelerator(); "
+        "print(type(a).__name__, torch.zeros(1, device=a.current_device_name()).device)")
+print(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip())
+"""
+
+
+@needs_emulated_device
+@pytest.mark.slow
+def test_a_process_the_script_starts_sees_the_same_vendor_devices(tmp_path: Path) -> None:
+    """Frameworks ask in child processes (accelerate's probe, spawned workers): they must see
+    the vendor the script runs on, not the bare host."""
+    script = tmp_path / "parent.py"
+    script.write_text(CHILD)
+    assert _run([str(script)], "mlu").stdout.strip() == "MluAccelerator mlu:0"

@@ -8,6 +8,9 @@ named ``npu`` with the simulated ``torch_npu`` over them, then runs ``train.py``
 
 The script's ``get_accelerator()`` is anyaccel's own vendor backend (``NpuAccelerator``), its
 tensors live on ``npu:N`` and its collectives run under the vendor's backend name (``hccl``).
+Python processes the script starts enter the same simulation at startup (``ANYACCEL_SIMULATED``
+and a ``sitecustomize`` on ``PYTHONPATH``), so a framework asked in a child process sees the
+same devices.
 """
 
 from __future__ import annotations
@@ -16,7 +19,12 @@ import os
 import runpy
 import sys
 
-from anyaccel.testing.simulated.emulated import EMULATED_VENDORS, simulation_for
+from anyaccel.testing.simulated.emulated import (
+    EMULATED_VENDORS,
+    enter_for_process,
+    propagate_to_children,
+    simulation_for,
+)
 
 USAGE = (
     "usage: python -m anyaccel.testing.simulated VENDOR[:COUNT] (SCRIPT | -m MODULE) [ARGS...]\n"
@@ -30,7 +38,7 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2
     try:
-        simulation = simulation_for(argv[0])
+        simulation_for(argv[0])  # checks the spec; nothing is entered yet
     except ValueError as error:
         print(f"error: {error}\n{USAGE}", file=sys.stderr)
         return 2
@@ -39,13 +47,14 @@ def main(argv: list[str]) -> int:
         print(f"error: -m needs a module name\n{USAGE}", file=sys.stderr)
         return 2
     target, rest = (argv[2], argv[3:]) if module else (argv[1], argv[2:])
-    with simulation:
-        sys.argv = [target, *rest]
-        if module:
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:  # as `python SCRIPT` does, the script's folder comes first on the path
-            sys.path[0] = os.path.dirname(os.path.abspath(target))
-            runpy.run_path(target, run_name="__main__")
+    enter_for_process(argv[0])  # for the rest of the process, as a vendor's import does
+    propagate_to_children(argv[0])  # and in every Python process the script starts
+    sys.argv = [target, *rest]
+    if module:
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:  # as `python SCRIPT` does, the script's folder comes first on the path
+        sys.path[0] = os.path.dirname(os.path.abspath(target))
+        runpy.run_path(target, run_name="__main__")
     return 0
 
 

@@ -11,6 +11,7 @@ anyaccel's own vendor backend (``NpuAccelerator``) drives it, unchanged.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,11 +24,19 @@ from anyaccel.testing.simulated.device_module import (
 
 __all__ = [
     "EMULATED_VENDORS",
+    "SIMULATED_ENV",
     "EmulatedBacking",
     "emulated_module",
+    "enter_for_process",
     "install_backing",
+    "propagate_to_children",
     "simulation_for",
 ]
+
+#: The simulation (``VENDOR[:COUNT]``) the processes a simulated script starts enter at startup.
+SIMULATED_ENV = "ANYACCEL_SIMULATED"
+#: The folder holding the ``sitecustomize`` that enters it.
+SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
 
 #: The simulated vendors whose device is a PrivateUse1 device, so the emulation can be theirs.
 EMULATED_VENDORS = ("npu", "mlu", "sdaa", "musa", "supa")
@@ -232,3 +241,39 @@ def simulation_for(spec: str) -> contextlib.AbstractContextManager[SimulatedDevi
         count, emulated=True
     )
     return manager
+
+
+_process_simulation: tuple[str, contextlib.ExitStack] | None = None
+
+
+def enter_for_process(spec: str) -> None:
+    """Enter the simulation ``spec`` names for the rest of this process (once; idempotent).
+
+    Raises ``ValueError`` for a bad ``spec`` and ``EmulatedDeviceError`` when this process
+    already entered another one (torch names PrivateUse1 once per process).
+    """
+    global _process_simulation
+    if _process_simulation is not None:
+        entered, _ = _process_simulation
+        if entered != spec:
+            from anyaccel.ops.emulated.core import EmulatedDeviceError
+
+            raise EmulatedDeviceError(
+                f"this process already runs the simulation {entered!r}; it cannot also run "
+                f"{spec!r} (start another process for it)"
+            )
+        return
+    stack = contextlib.ExitStack()
+    stack.enter_context(simulation_for(spec))
+    _process_simulation = (spec, stack)
+
+
+def propagate_to_children(spec: str) -> None:
+    """Make the Python processes this one starts enter ``spec`` at startup, as it did.
+
+    Sets ``ANYACCEL_SIMULATED`` and puts the folder of its ``sitecustomize`` first on
+    ``PYTHONPATH`` (a ``sitecustomize`` of the user's own is then shadowed in those children).
+    """
+    os.environ[SIMULATED_ENV] = spec
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != SITE_DIR]
+    os.environ["PYTHONPATH"] = os.pathsep.join([SITE_DIR, *paths])
