@@ -87,10 +87,12 @@ def test_the_factory_reads_whether_the_spec_names_other_backends(
 
     monkeypatch.setattr(ShmBackendBuilder, "load", broken)
     with pytest.raises(DistributedSetupError, match=r"g\+\+ failed.*new_group\(backend="):
-        backend_module._device_backend_module(spec_known=True)
+        backend_module._device_backend_module(required=True)
+    monkeypatch.setattr(backend_module, "_warned_python_form", False)
     with caplog.at_level("WARNING"):
-        assert backend_module._device_backend_module(spec_known=False) is None
-    assert "whole-group" in caplog.text
+        assert backend_module._device_backend_module(required=False) is None
+        assert backend_module._device_backend_module(required=False) is None
+    assert caplog.text.count("runs as a Python ProcessGroup instead") == 1  # once per process
 
 
 def test_init_distributed_on_one_rank_picks_it_and_reports_why(
@@ -100,7 +102,7 @@ def test_init_distributed_on_one_rank_picks_it_and_reports_why(
 
     import torch
 
-    from anyaccel.distributed import ShmProcessGroup, init_distributed
+    from anyaccel.distributed import init_distributed, shm_process_group
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -122,9 +124,11 @@ def test_init_distributed_on_one_rank_picks_it_and_reports_why(
         assert cpu_collectives() == (
             "anyaccel_shm (ANYACCEL_SHM_BACKEND=1; chosen by init_distributed)"
         )
-        world = dist.group.WORLD
-        assert isinstance(world, ShmProcessGroup)
-        assert world.status == "a group of one rank needs no shared memory"
+        world = dist.group.WORLD  # torch's group; the CPU backend is anyaccel's c10d Backend
+        assert type(world._get_backend(torch.device("cpu"))).__name__ == "ShmBackend"
+        group = shm_process_group(world)
+        assert group is not None
+        assert group.status == "a group of one rank needs no shared memory"
         tensor = torch.arange(4.0)
         dist.all_reduce(tensor)
         assert tensor.tolist() == [0.0, 1.0, 2.0, 3.0]
@@ -168,29 +172,35 @@ AGAINST_GLOO = textwrap.dedent(
     import json, os, sys
     from datetime import timedelta
     import torch, torch.distributed as dist
-    from anyaccel.distributed import (CollectiveError, ShmProcessGroup, backend_choice,
-                                      init_distributed)
+    from anyaccel.distributed import (CollectiveError, backend_choice, init_distributed,
+                                      shm_process_group)
     from anyaccel.distributed.shm.backend import FALLBACK_TAG
     info = init_distributed(timeout=timedelta(seconds=60), shm_backend=True)
     rank, size = info.rank, info.world_size
     world = dist.group.WORLD
+    backend = world._get_backend(torch.device("cpu"))  # anyaccel's c10d Backend
+    shm = shm_process_group(world)  # the Python group it forwards all but all_reduce to
     gloo = dist.new_group(backend="gloo")
     failures, checks = [], 0
     R = dist.ReduceOp
 
     class Counting:  # counts the kernel calls of the default group, to prove they are native
         def __init__(self, inner):
-            self.inner, self.calls = inner, {}
+            self.inner, self._calls = inner, {}
+        @property
+        def calls(self):  # with the all_reduce calls the c10d Backend ran itself, in C++
+            native = backend.native_all_reduces
+            return {**self._calls, "all_reduce": self._calls.get("all_reduce", 0) + native}
         def __getattr__(self, name):
             method = getattr(self.inner, name)
             if name in ("failed", "close", "abandon"):
                 return method
             def call(*args):
                 key = "announce" if name == "all_gather" and args[3] == FALLBACK_TAG else name
-                self.calls[key] = self.calls.get(key, 0) + 1
+                self._calls[key] = self._calls.get(key, 0) + 1
                 return method(*args)
             return call
-    world.shm.communicator = kernel = Counting(world.shm.communicator)
+    shm.shm.communicator = kernel = Counting(shm.shm.communicator)
 
     def check(name, ours, theirs):
         global checks
@@ -358,8 +368,9 @@ AGAINST_GLOO = textwrap.dedent(
         if ours != theirs or len(set(ours)) < 3:
             failures.append(f"{name} losses: {ours} vs {theirs}")
         sharded[name] = sorted(k for k in kernel.calls if kernel.calls[k] > before.get(k, 0))
-    status = {"world": world.status, "sub": sub.status, "types": [type(world).__name__,
-              type(sub).__name__], "backend": dist.get_backend(), "choice": backend_choice()}
+    status = {"world": shm.status, "sub": shm_process_group(sub).status,
+              "types": [type(g._get_backend(torch.device("cpu"))).__name__ for g in (world, sub)],
+              "backend": dist.get_backend(), "choice": backend_choice()}
     # ranks that disagree: an error on every rank, never a wrong result
     bad = dist.new_group(list(range(size)))
     errors = []
@@ -398,7 +409,7 @@ def test_every_collective_equals_gloo_bit_for_bit_on_two_ranks() -> None:
         assert result["status"] == {
             "world": "shared memory",
             "sub": "shared memory",
-            "types": ["ShmProcessGroup", "ShmProcessGroup"],
+            "types": ["ShmBackend", "ShmBackend"],  # torch's groups, anyaccel's c10d Backend
             "backend": BACKEND_NAME,
             "choice": {"backend": BACKEND_NAME, "reason": "shm_backend=True"},
         }
@@ -475,6 +486,7 @@ CYCLES = textwrap.dedent(
     import gc, json, os, sys
     import torch, torch.distributed as dist
     import anyaccel.distributed
+    from anyaccel.distributed import shm_process_group
     rank, size, cycles = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(sys.argv[1])
     base = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), size, rank == 0)
 
@@ -488,7 +500,7 @@ CYCLES = textwrap.dedent(
                                 rank=rank, world_size=size)
         tensor = torch.ones(10)
         dist.all_reduce(tensor)
-        assert tensor[0] == size and dist.group.WORLD.status == "shared memory"
+        assert tensor[0] == size and shm_process_group().status == "shared memory"
         mapped = snapshot()[2]
         dist.destroy_process_group()
         gc.collect()
@@ -516,7 +528,7 @@ TWO_NODES = textwrap.dedent(
     import json, os, sys
     from datetime import timedelta
     import torch, torch.distributed as dist
-    from anyaccel.distributed import backend_choice, init_distributed
+    from anyaccel.distributed import backend_choice, init_distributed, shm_process_group
     info = init_distributed(timeout=timedelta(seconds=60), shm_backend=True)
     rank, size = info.rank, info.world_size
     choice = backend_choice()["backend"]
@@ -572,7 +584,7 @@ TWO_NODES = textwrap.dedent(
             if not torch.equal(flat, torch.cat(ref[lo: lo + members])):
                 failures.append(f"all_gather_into_tensor {dtype} on {members} ranks")
         dist.barrier(group=group)
-    status = [dist.group.WORLD.status, mine.status]
+    status = [shm_process_group().status, shm_process_group(mine).status]
     dist.destroy_process_group()
     print(json.dumps({"choice": choice, "status": status, "failures": failures}), flush=True)
     """
@@ -756,7 +768,7 @@ BESIDE = textwrap.dedent(
     a = data(999, 8); b = a.clone()
     anyaccel_all_reduce(a); dist.all_reduce(b, group=gloo); same("anyaccel all_reduce", a, b)
     shared = shm_all_reduce_status(world)
-    native = dict(kernel_calls)
+    native = dict(kernel_calls, in_cpp=cpu.native_all_reduces)
     # what the c10d Backend hands to gloo directly
     x = data(6 * size, 6)
     ours, theirs = torch.empty_like(x), torch.empty_like(x)
@@ -830,8 +842,10 @@ def test_beside_another_devices_backend_it_serves_the_cpu_and_leaves_that_device
         assert result["status"] == "shared memory"
         # native: 3 all_reduce + bf16 async; 2 gathers (+1 the fallback's announcement);
         # 2 reduce-scatters; broadcast; barrier
-        # 5 all_reduce: 4 through torch and anyaccel's own on the same segment
-        assert result["native"]["all_reduce"] == 5, result["native"]
+        # 5 all_reduce: the 4 through torch run by the c10d Backend in C++, without Python,
+        # and anyaccel's own on the same segment
+        assert result["native"]["in_cpp"] == 4, result["native"]
+        assert result["native"]["all_reduce"] == 1, result["native"]
         assert result["shared"] == "shared memory"
         assert result["native"]["reduce_scatter"] == 2, result["native"]
         assert result["native"]["broadcast"] == 1 and result["native"]["barrier"] == 1
@@ -847,7 +861,7 @@ FOUR_RANKS = textwrap.dedent(
     import json, os
     from datetime import timedelta
     import torch, torch.distributed as dist
-    from anyaccel.distributed import init_distributed
+    from anyaccel.distributed import init_distributed, shm_process_group
     info = init_distributed(backend="anyaccel_shm", timeout=timedelta(seconds=60))
     rank, size = info.rank, info.world_size
     gloo = dist.new_group(backend="gloo")
@@ -990,7 +1004,7 @@ FOUR_RANKS = textwrap.dedent(
     if not torch.equal(ours, ramp(n, size - 1)):
         failures.append("broadcast 64 MiB")
     del ours
-    status = dist.group.WORLD.status
+    status = shm_process_group().status
     dist.destroy_process_group()
     print(json.dumps({"failures": failures, "checks": checks, "status": status}), flush=True)
     os._exit(0)  # as the two-rank job: see there
@@ -1015,7 +1029,7 @@ FORKED = textwrap.dedent(
     import json, os, sys
     from datetime import timedelta
     import torch, torch.distributed as dist
-    from anyaccel.distributed import ShmProcessGroup, init_distributed
+    from anyaccel.distributed import ShmProcessGroup, init_distributed, shm_process_group
     info = init_distributed(backend="anyaccel_shm", timeout=timedelta(seconds=60))
     rank, size = info.rank, info.world_size
     tensor = torch.ones(1000)
@@ -1038,7 +1052,7 @@ FORKED = textwrap.dedent(
         forked = json.loads(pipe.read() or "null")
     tensor = torch.ones(1000)
     dist.all_reduce(tensor)  # the parent's group still works after the fork
-    parent = [dist.group.WORLD.status, tensor[:2].tolist()]
+    parent = [shm_process_group().status, tensor[:2].tolist()]
     dist.destroy_process_group()
     print(json.dumps({"child_exit": status, "child": forked, "parent": parent}), flush=True)
     """

@@ -64,6 +64,7 @@ __all__ = [
     "cpu_backend_name",
     "register_backend",
     "shm_backend_wanted",
+    "shm_process_group",
 ]
 
 logger = logging.getLogger(__name__)
@@ -187,15 +188,29 @@ class ShmProcessGroup(dist.ProcessGroup):
         except (RuntimeError, ValueError) as exc:
             if isinstance(exc, CollectiveError):
                 raise
-            message = f"{BACKEND_NAME} {name} failed: {exc}"
-            if f"dtype #{FALLBACK_TAG} " in message:
-                message += (
-                    " (a rank announced that it runs this collective on gloo, because its "
-                    "tensor has a dtype, op, layout or shape the shared-memory path does not "
-                    "take, while another rank ran it on shared memory: pass the same kind "
-                    "of tensor on every rank)"
-                )
-            raise CollectiveError(message) from None
+            self.native_failure(name, str(exc))
+
+    def native_failure(self, name: str, error: str) -> None:
+        """Raise the :class:`CollectiveError` for collective ``name`` that failed with ``error``.
+
+        Also called by the C++ ``Backend`` (``shm_backend.cpp``) when its own all_reduce fails.
+        """
+        message = f"{BACKEND_NAME} {name} failed: {error}"
+        if f"dtype #{FALLBACK_TAG} " in message:
+            message += (
+                " (a rank announced that it runs this collective on gloo, because its "
+                "tensor has a dtype, op, layout or shape the shared-memory path does not "
+                "take, while another rank ran it on shared memory: pass the same kind "
+                "of tensor on every rank)"
+            )
+        raise CollectiveError(message) from None
+
+    @property
+    def native_all_reduce_address(self) -> int:
+        """The address of the kernel's C all-reduce entry, for the C++ ``Backend``."""
+        from anyaccel.distributed.shm.group import load_kernel
+
+        return int(load_kernel().native_all_reduce_address())
 
     def _to_gloo(self, name: str, root: int = 0) -> None:
         """Announce to the other ranks that this rank runs collective ``name`` on gloo.
@@ -481,43 +496,74 @@ def _spec_names_other_backends() -> bool | None:
     return None
 
 
-def _device_backend_module(spec_known: bool) -> Any:
-    """The compiled ``ShmBackendBuilder`` module; None where it cannot be built and need not be."""
+#: Whether this process has said that the C++ form could not be built (said once).
+_warned_python_form = False
+
+
+def _device_backend_module(required: bool) -> Any:
+    """The compiled ``ShmBackendBuilder`` module; None where it cannot be built and need not be.
+
+    ``required``: the spec names other devices' backends, which only the C++ form serves.
+    """
+    global _warned_python_form
     from anyaccel.ops.cpu.shm_backend import ShmBackendBuilder
     from anyaccel.ops.errors import OpError
 
     try:
         return ShmBackendBuilder().load()
     except OpError as exc:
-        message = (
-            f"{BACKEND_NAME} beside another device's backend (such as "
-            f"'cpu:{BACKEND_NAME},cuda:nccl') needs anyaccel's c10d backend class, which could "
-            f"not be built here: {exc}. Install a C++ compiler and ninja, or use "
-            f"'cpu:gloo,cuda:nccl' with dist.new_group(backend='{BACKEND_NAME}') for the CPU "
-            "collectives"
-        )
-        if spec_known:
-            raise DistributedSetupError(message) from exc
-        logger.warning("%s; making the group as a whole-group %s instead", message, BACKEND_NAME)
+        if required:
+            raise DistributedSetupError(
+                f"{BACKEND_NAME} beside another device's backend (such as "
+                f"'cpu:{BACKEND_NAME},cuda:nccl') needs anyaccel's c10d backend class, which "
+                f"could not be built here: {exc}. Install a C++ compiler and ninja, or use "
+                f"'cpu:gloo,cuda:nccl' with dist.new_group(backend='{BACKEND_NAME}') for the "
+                "CPU collectives"
+            ) from exc
+        log = logger.info if _warned_python_form else logger.warning
+        _warned_python_form = True
+        log(
+            "%s: anyaccel's c10d backend class could not be built here (%s); the group runs as "
+            "a Python ProcessGroup instead (the same results, more time per all_reduce). "
+            "Install a C++ compiler and ninja for the faster form",
+            BACKEND_NAME, exc,
+        )  # fmt: skip
         return None
 
 
 def _create(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
     """The factory ``torch.distributed`` calls on every rank of a new group.
 
-    A Python ``ProcessGroup`` when anyaccel_shm is the group's only backend. Beside other
-    backends (``"cpu:anyaccel_shm,cuda:nccl"``) torch would take a returned group as the whole
-    group and drop the other devices, so the same group goes behind a c10d ``Backend`` that
-    torch registers for the CPU only, next to the others (also where the spec cannot be read:
-    that form serves every spec).
+    The group is a Python :class:`ShmProcessGroup` behind a c10d ``Backend`` (``ShmBackend``,
+    ``shm_backend.cpp``), which torch registers for the CPU, alone or beside other devices'
+    backends (``"cpu:anyaccel_shm,cuda:nccl"``; a returned Python group would be taken as the
+    whole group, dropping the other devices). The ``Backend`` runs all_reduce itself, without
+    Python, and forwards the rest to the Python group. Where the class cannot be built, a
+    group of anyaccel_shm alone is the Python group itself (slower per call, same results).
     """
     pause_for_backend(BACKEND_NAME)  # torch's gloo exit abort, whoever made the group
-    beside_others = _spec_names_other_backends()
-    module = None if beside_others is False else _device_backend_module(bool(beside_others))
+    module = _device_backend_module(bool(_spec_names_other_backends()))
     group = ShmProcessGroup(store, rank, size, timeout)
     if module is None:
         return group
     return module.ShmBackend(rank, size, group, group.gloo)
+
+
+def shm_process_group(group: Any | None = None) -> ShmProcessGroup | None:
+    """The :class:`ShmProcessGroup` that runs ``group``'s CPU collectives (None: not ours).
+
+    ``group`` (default: the default group) is the group itself where it runs as a Python
+    group, else torch's group whose CPU backend is anyaccel's c10d ``Backend``.
+    """
+    group = dist.group.WORLD if group is None else group
+    if isinstance(group, ShmProcessGroup):
+        return group
+    try:
+        backend = group._get_backend(torch.device("cpu"))
+    except (AttributeError, RuntimeError):
+        return None
+    inner = getattr(backend, "group", None)
+    return inner if isinstance(inner, ShmProcessGroup) else None
 
 
 def backend_registered() -> bool:
