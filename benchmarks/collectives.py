@@ -368,8 +368,10 @@ def spawned(rank: int, world_size: int, port: int, args: argparse.Namespace) -> 
 
 
 def busy_processes(count: int) -> list[subprocess.Popen[bytes]]:
-    """``count`` processes that each keep one core busy until stopped (``--load``)."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    """``count`` processes that each keep one core busy until stopped (``--load``), or until
+    this process is gone (their parent changes), should it die before it stops them."""
+    spin = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"
+    return [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
 
 
 def main(argv: list[str] | None = None) -> int:

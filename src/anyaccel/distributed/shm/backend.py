@@ -538,12 +538,17 @@ def _create(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
     ``shm_backend.cpp``), which torch registers for the CPU, alone or beside other devices'
     backends (``"cpu:anyaccel_shm,cuda:nccl"``; a returned Python group would be taken as the
     whole group, dropping the other devices). The ``Backend`` runs all_reduce itself, without
-    Python, and forwards the rest to the Python group. Where the class cannot be built, a
-    group of anyaccel_shm alone is the Python group itself (slower per call, same results).
+    Python, and forwards the rest to the Python group. A group of anyaccel_shm alone is the
+    Python group itself where it has no shared segment (one rank, several nodes, turned off:
+    every call goes to gloo, nothing to gain) or where the class cannot be built (slower per
+    call, the same results).
     """
     pause_for_backend(BACKEND_NAME)  # torch's gloo exit abort, whoever made the group
-    module = _device_backend_module(bool(_spec_names_other_backends()))
+    required = bool(_spec_names_other_backends())
+    module = _device_backend_module(required=True) if required else None  # raise before set-up
     group = ShmProcessGroup(store, rank, size, timeout)
+    if module is None and group.shm.communicator is not None:
+        module = _device_backend_module(required=False)
     if module is None:
         return group
     return module.ShmBackend(rank, size, group, group.gloo)
@@ -556,11 +561,11 @@ def shm_process_group(group: Any | None = None) -> ShmProcessGroup | None:
     group, else torch's group whose CPU backend is anyaccel's c10d ``Backend``.
     """
     group = dist.group.WORLD if group is None else group
-    if isinstance(group, ShmProcessGroup):
+    if group is None or isinstance(group, ShmProcessGroup):
         return group
     try:
         backend = group._get_backend(torch.device("cpu"))
-    except (AttributeError, RuntimeError):
+    except (AttributeError, RuntimeError):  # not a group, or no CPU backend
         return None
     inner = getattr(backend, "group", None)
     return inner if isinstance(inner, ShmProcessGroup) else None
