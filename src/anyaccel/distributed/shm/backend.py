@@ -38,6 +38,7 @@ from anyaccel.distributed.errors import CollectiveError, DistributedSetupError
 from anyaccel.distributed.exit_grace import pause_for_backend
 from anyaccel.distributed.shm.group import (
     BACKEND_ENV,
+    SHM_ENV,
     ShmGroup,
     adopt,
     announce_fallback,
@@ -50,6 +51,7 @@ from anyaccel.distributed.shm.reduction import (
     op_code,
     premultiplied,
 )
+from anyaccel.errors import InvalidSettingError
 from anyaccel.forksafe import ForkSafeLock
 from anyaccel.settings import read_on_off
 
@@ -531,6 +533,15 @@ def _device_backend_module(required: bool) -> Any:
         return None
 
 
+def _shm_not_turned_off() -> bool:
+    """Whether :data:`SHM_ENV` leaves the shared-memory path on (a bad value: the group's
+    set-up says so on every rank at once, so it counts as on here)."""
+    try:
+        return read_on_off(SHM_ENV) is not False
+    except InvalidSettingError:
+        return True
+
+
 def _create(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
     """The factory ``torch.distributed`` calls on every rank of a new group.
 
@@ -545,12 +556,14 @@ def _create(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
     """
     pause_for_backend(BACKEND_NAME)  # torch's gloo exit abort, whoever made the group
     required = bool(_spec_names_other_backends())
-    module = _device_backend_module(required=True) if required else None  # raise before set-up
+    # Loaded before the group's set-up loads the kernel's module: a cached build of this one
+    # fails to import after that (seen on torch 2.13: "does not define module export
+    # function"), and its rebuild would outlast the set-up's timeout on the other ranks.
+    wanted = required or (size > 1 and _shm_not_turned_off())
+    module = _device_backend_module(required) if wanted else None
     group = ShmProcessGroup(store, rank, size, timeout)
-    if module is None and group.shm.communicator is not None:
-        module = _device_backend_module(required=False)
-    if module is None:
-        return group
+    if module is None or (group.shm.communicator is None and not required):
+        return group  # no segment: every call goes to gloo, nothing for the class to run
     return module.ShmBackend(rank, size, group, group.gloo)
 
 
