@@ -1,27 +1,42 @@
-"""The ``anyaccel_shm`` torch.distributed backend against gloo, 2 ranks on this machine.
+"""The ``anyaccel_shm`` torch.distributed backend against gloo and DeepSpeed, 2 ranks on this host.
 
-Every collective runs through plain ``torch.distributed`` calls on two groups of the same
-processes: the default group (backend ``anyaccel_shm``) and a gloo group over the same ranks,
-interleaved round by round, on fp32 tensors of 1 MiB and 64 MiB (per rank's input). Before
-timing, each collective's result on 2 ranks must equal gloo's bit for bit (the 64 MiB
-correctness check the test suite leaves out). The table shows each median time and gloo's
-time divided by ours (higher is better). For all_reduce at 4 MiB and more it also shows the
-memory floor measured in the same run (every rank at once copies its input into a slot-sized
-buffer and adds the ranks' buffers into it with torch, chunk by chunk: the least memory
-traffic a shared-memory all_reduce needs) and our time over it (the issue asks for at most
-2x). Last, a DDP training step of a small MLP on each group (the same model and data on
-both), interleaved the same way.
-Run: ``python benchmarks/collectives.py [--ranks 2] [--rounds 7] [--sizes 1,64] [--spec S]``
-(spawns the ranks itself); ``--spec cpu:anyaccel_shm,cuda:gloo`` times the form anyaccel_shm
-takes beside another device's backend (a C++ c10d Backend forwarding to the same group).
+Two parts, in the same processes (default group: ``anyaccel_shm``; a gloo group over the same
+ranks), every contender interleaved round by round so that load changes hit all alike:
+
+1. **all_reduce side by side** (fp32 and bf16, 16 KiB to 64 MiB per rank): gloo, ours (a plain
+   ``dist.all_reduce``, through torch's dispatch), DeepSpeed's own shared-memory all-reduce
+   (``ShareMemCommBuilder``'s ``torch.ops.deepspeed.inference_all_reduce_``, built and called
+   as DeepSpeed does, where DeepSpeed is installed) and the memory floor (each rank copies its
+   input into a slot-sized buffer and adds the ranks' buffers with torch, chunk by chunk: the
+   least memory traffic a shared-memory all_reduce needs; at small sizes mostly torch's per-op
+   cost). Each result is first checked bit for bit against gloo's (DeepSpeed's too). The table
+   gives each median and best sample in microseconds and the ratios DeepSpeed/ours and
+   gloo/ours (above 1: ours is faster) and ours/floor.
+2. The other collectives (fp32, ``--sizes`` MiB) against gloo, and a DDP training step.
+
+DeepSpeed's op is set up as DeepSpeed's ``TorchBackend`` does: build the op before the process
+group, then ``initialize(world_size, rank)``. Its ``initialize`` uses shared memory only when
+``LOCAL_SIZE`` (set by DeepSpeed's own launcher, not by torchrun) equals the world size;
+without it the op is never set up and ``inference_all_reduce_`` dereferences an unset
+workspace: the process dies with SIGSEGV. So this script sets ``LOCAL_SIZE``.
+
+``--load N`` starts N busy processes for the whole run (the regime of a shared machine).
+Run: ``python benchmarks/collectives.py [--ranks 2] [--rounds 7] [--sizes 1,64] [--load N]
+[--quick] [--all-reduce-only] [--spec S]`` (spawns the ranks itself). With DeepSpeed: run it
+with an interpreter that has DeepSpeed (``$ANYACCEL_DEEPSPEED_PYTHON benchmarks/collectives.py``,
+with ``PYTHONPATH=src``). ``--quick``: 16 KiB and 1 MiB, 3 rounds, part 1 only.
+``--spec cpu:anyaccel_shm,cuda:gloo`` runs the default group beside another device's backend.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import socket
 import statistics
+import subprocess
 import sys
 import time
 import warnings
@@ -79,8 +94,15 @@ def time_calls(call: Call, group: Any, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def memory_floor(numel: int, size: int, rounds: int, group: Any) -> float:
-    """Median time for this host to copy ``numel`` fp32 into a buffer and add ``size`` of them.
+def memory_floor(
+    numel: int,
+    size: int,
+    rounds: int,
+    group: Any,
+    dtype: torch.dtype = torch.float32,
+    calls: int = 1,
+) -> tuple[float, float]:
+    """Median and best time for this host to copy ``numel`` values into a buffer and add ``size``.
 
     The least memory traffic a shared-memory all_reduce needs: its input copied into a slot,
     and the ranks' slots added into the output, chunk by chunk as the kernel does (one slot's
@@ -89,9 +111,9 @@ def memory_floor(numel: int, size: int, rounds: int, group: Any) -> float:
     """
     from anyaccel.distributed.shm.group import slot_bytes
 
-    chunk = slot_bytes(size) // 4
-    tensor = torch.randn(numel)
-    slots = [torch.randn(chunk) for _ in range(size)]
+    chunk = slot_bytes(size) // torch.tensor([], dtype=dtype).element_size()
+    tensor = torch.randn(numel).to(dtype)
+    slots = [torch.randn(chunk).to(dtype) for _ in range(size)]
 
     def copy_and_add() -> None:
         for start in range(0, numel, chunk):
@@ -103,15 +125,135 @@ def memory_floor(numel: int, size: int, rounds: int, group: Any) -> float:
                 part.add_(slot[:count])
 
     copy_and_add()
-    times = []
-    for _ in range(rounds):
-        dist.barrier(group=group)
-        start = time.perf_counter()
-        copy_and_add()
-        times.append(time.perf_counter() - start)
-    median = torch.tensor([statistics.median(times)], dtype=torch.float64)
-    dist.all_reduce(median, op=dist.ReduceOp.MAX, group=group)
-    return float(median)
+    times = [time_calls(lambda _: copy_and_add(), group, calls) for _ in range(rounds)]
+    return slowest_rank([statistics.median(times), min(times)], group)
+
+
+def slowest_rank(values: list[float], group: Any) -> tuple[float, float]:
+    """The largest of each value over the ranks (a collective is as slow as its slowest rank)."""
+    tensor = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
+    first, second = tensor.tolist()
+    return first, second
+
+
+#: Bytes per rank of the side-by-side all_reduce table (``--quick``: the first and the fourth).
+SIDE_SIZES = (16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20)
+QUICK_SIDE_SIZES = (16 << 10, 1 << 20)
+
+
+def load_deepspeed_op() -> tuple[Any, str]:
+    """DeepSpeed's ``ShareMemCommBuilder`` module, built as DeepSpeed's ``TorchBackend`` builds it
+    (before the process group: anyaccel then leaves DeepSpeed's ``torch.ops.deepspeed`` ops
+    alone), or None and why not."""
+    try:
+        from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+    except Exception as exc:  # absent, or an install that does not import here
+        return None, f"DeepSpeed is not importable here ({type(exc).__name__}: {exc})"
+    try:
+        return ShareMemCommBuilder().load(), ""
+    except Exception as exc:  # its JIT build failed
+        return None, f"DeepSpeed's ShareMemCommBuilder did not build ({exc})"
+
+
+def remove_deepspeed_segment(rank: int) -> None:
+    """Unlink this rank's DeepSpeed segment, which DeepSpeed leaves in /dev/shm (66 MiB a rank).
+
+    The name is DeepSpeed's ``shm_initialize``'s: prefix, uid, MASTER_ADDR, MASTER_PORT, rank.
+    """
+    env = os.environ
+    name = f"deepspeed_allreduce_buffer_{os.getuid()}_{env['MASTER_ADDR']}_{env['MASTER_PORT']}"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(f"/dev/shm/{name}_{rank}")
+
+
+def label(nbytes: int) -> str:
+    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+
+
+def cell(median: float | None, best: float | None) -> str:
+    """``median (best)`` in microseconds, or "-" for a contender that did not run."""
+    if median is None or best is None:
+        return "-"
+    return f"{median * 1e6:.1f} ({best * 1e6:.1f})"
+
+
+def ratio(numerator: float | None, denominator: float | None) -> str:
+    return "-" if numerator is None or denominator is None else f"{numerator / denominator:.2f}x"
+
+
+def all_reduce_contenders(tensor: torch.Tensor, gloo: Any, deepspeed: bool) -> dict[str, Call]:
+    """all_reduce SUM of ``tensor`` in place: on gloo, on ours, and through DeepSpeed's op (as
+    DeepSpeed's ``TorchBackend.inference_all_reduce`` calls it) when ``deepspeed``."""
+    contenders: dict[str, Call] = {
+        "gloo": lambda _: dist.all_reduce(tensor, group=gloo),
+        "ours": lambda _: dist.all_reduce(tensor),
+    }
+    if deepspeed:
+        op = torch.ops.deepspeed.inference_all_reduce_
+        contenders["deepspeed"] = lambda _: op(tensor)
+    return contenders
+
+
+def side_by_side(sizes: tuple[int, ...], rounds: int, gloo: Any, deepspeed: Any, why: str) -> None:
+    """Part 1: all_reduce SUM on gloo, ours, DeepSpeed's op and the floor, interleaved."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    levels = {torch.float32: 1, torch.bfloat16: 2}  # what DeepSpeed's TorchBackend requires
+    level = int(deepspeed.vector_kernel_level()) if deepspeed is not None else 0
+    if rank == 0:
+        print(
+            f"\n## all_reduce SUM side by side, {size} ranks: median (best) us per call, "
+            "the slower rank's"
+        )
+        print(f"DeepSpeed: {why or f'ShareMemCommBuilder, vector_kernel_level {level}'}")
+        print(
+            "| dtype | size | gloo us | ours us | DeepSpeed us | floor us | DS/ours | "
+            "gloo/ours | ours/floor |"
+        )
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|", flush=True)
+    notes = []
+    for dtype in (torch.float32, torch.bfloat16):
+        ds_ok = deepspeed is not None and level >= levels[dtype]
+        for nbytes in sizes:
+            numel = nbytes // torch.tensor([], dtype=dtype).element_size()
+            gen = torch.Generator().manual_seed(rank + nbytes)
+            source = torch.randn(numel, generator=gen).to(dtype)
+            tensor = source.clone()
+            calls = max(2, min(200, (8 << 20) // nbytes))
+            contenders = all_reduce_contenders(tensor, gloo, ds_ok)
+            results = {}
+            for name, call in contenders.items():  # each once from the same input: same bits
+                tensor.copy_(source)
+                call(None)
+                results[name] = tensor.clone()
+            if size == 2 and not torch.equal(results["ours"], results["gloo"]):
+                raise SystemExit(f"all_reduce {dtype} {label(nbytes)} differs from gloo's")
+            if size == 2 and ds_ok and not torch.equal(results["deepspeed"], results["gloo"]):
+                notes.append(f"DeepSpeed's {dtype} {label(nbytes)} result differs from gloo's")
+            samples: dict[str, list[float]] = {name: [] for name in contenders}
+            for _ in range(rounds):  # interleaved; values grow (sums of sums): timing only
+                for name, call in contenders.items():
+                    samples[name].append(time_calls(call, gloo, calls))
+            timed = {name: slowest_rank([statistics.median(v), min(v)], gloo)
+                     for name, v in samples.items()}  # fmt: skip
+            floor = memory_floor(numel, size, rounds, gloo, dtype, calls)
+            if rank == 0:
+                g, o = timed["gloo"], timed["ours"]
+                d = timed.get("deepspeed", (None, None))
+                print(
+                    f"| {str(dtype).replace('torch.', '')} | {label(nbytes)} | {cell(*g)} | "
+                    f"{cell(*o)} | {cell(*d)} | {cell(*floor)} | {ratio(d[0], o[0])} | "
+                    f"{ratio(g[0], o[0])} | {ratio(o[0], floor[0])} |",
+                    flush=True,
+                )
+        if deepspeed is not None and not ds_ok and rank == 0:
+            notes.append(
+                f"DeepSpeed skips {dtype}: its kernels need vector_kernel_level "
+                f">= {levels[dtype]} (this CPU: {level})"
+            )
+    if rank == 0:
+        for note in notes:
+            print(f"note: {note}")
 
 
 def ddp_steps(rounds: int, gloo: Any, ours: Any) -> tuple[float, float]:
@@ -154,20 +296,36 @@ def ddp_steps(rounds: int, gloo: Any, ours: Any) -> tuple[float, float]:
     return g, o
 
 
-def run(rounds: int, sizes_mib: list[int], spec: str | None) -> None:
-    from anyaccel.distributed import backend_choice, init_distributed
+def run(args: argparse.Namespace, sizes_mib: list[int]) -> None:
+    from anyaccel.distributed import backend_choice, init_distributed, shm_process_group
 
+    rounds, spec, quick, load = args.rounds, args.spec, args.quick, args.load
+
+    deepspeed, why = load_deepspeed_op()  # before the group, as DeepSpeed's TorchBackend does
     info = init_distributed(spec, shm_backend=True)
     rank, size = info.rank, info.world_size
+    if deepspeed is not None:
+        deepspeed.initialize(size, rank)  # shared memory only where LOCAL_SIZE == world size
     gloo = dist.new_group(backend="gloo")
     ours = dist.group.WORLD
-    cpu_side = ours._get_backend(torch.device("cpu")) if spec else ours  # the C++ Backend's group
-    status = getattr(getattr(cpu_side, "group", cpu_side), "status", "?")
+    shm = shm_process_group(ours)
+    form = type(ours._get_backend(torch.device("cpu"))).__name__
     if rank == 0:
-        print(f"ranks: {size}, fp32, default group: {dist.get_backend()} "
-              f"({status}; {backend_choice()['reason']}), "
-              f"torch {torch.__version__}, {os.cpu_count()} CPUs")  # fmt: skip
-        print(f"{'collective':>24} {'size':>7} {'gloo ms':>9} {'shm ms':>9} {'speed-up':>9}")
+        print(f"ranks: {size}, default group: {dist.get_backend()} ({form}; "
+              f"{shm.status if shm is not None else '?'}; {backend_choice()['reason']}), "
+              f"torch {torch.__version__}, {os.cpu_count()} CPUs, "
+              f"load: {load} busy processes")  # fmt: skip
+    try:
+        side_by_side(QUICK_SIDE_SIZES if quick else SIDE_SIZES, rounds, gloo, deepspeed, why)
+    finally:
+        if deepspeed is not None:
+            dist.barrier(group=gloo)  # every rank has mapped every segment long since
+            remove_deepspeed_segment(rank)
+    if quick or args.all_reduce_only:
+        dist.destroy_process_group()
+        return
+    if rank == 0:
+        print(f"\n{'collective':>24} {'size':>7} {'gloo ms':>9} {'shm ms':>9} {'speed-up':>9}")
     warnings.filterwarnings("ignore", category=FutureWarning)  # reduce_scatter_tensor's rename
     for mib in sizes_mib:
         numel = (mib << 20) // 4
@@ -188,20 +346,10 @@ def run(rounds: int, sizes_mib: list[int], spec: str | None) -> None:
             for _ in range(rounds):  # interleaved, so load changes hit both alike
                 theirs_t.append(time_calls(call, gloo, calls))
                 ours_t.append(time_calls(call, ours, calls))
-            medians = torch.tensor(
-                [statistics.median(theirs_t), statistics.median(ours_t)], dtype=torch.float64
-            )
-            dist.all_reduce(medians, op=dist.ReduceOp.MAX, group=gloo)  # the slower rank
+            g, o = slowest_rank([statistics.median(theirs_t), statistics.median(ours_t)], gloo)
             if rank == 0:
-                g, o = medians.tolist()
                 print(f"{name:>24} {mib:>4} MiB {g * 1e3:>9.3f} {o * 1e3:>9.3f} {g / o:>8.2f}x",
                       flush=True)  # fmt: skip
-            if name == "all_reduce" and mib >= 4:
-                floor = memory_floor(numel, size, rounds, gloo)
-                if rank == 0:
-                    print(f"{'memory floor (copy+add)':>24} {mib:>4} MiB {floor * 1e3:>9.3f} ms;"
-                          f" shm / floor = {medians[1].item() / floor:.2f}x",
-                          flush=True)  # fmt: skip
     g, o = ddp_steps(rounds, gloo, ours)
     if rank == 0:
         print(f"{'DDP step (6.3 M params)':>24} {'':>7} {g * 1e3:>9.3f} {o * 1e3:>9.3f} "
@@ -209,33 +357,52 @@ def run(rounds: int, sizes_mib: list[int], spec: str | None) -> None:
     dist.destroy_process_group()
 
 
-def spawned(
-    rank: int, world_size: int, port: int, rounds: int, sizes: list[int], spec: str | None
-) -> None:
+def spawned(rank: int, world_size: int, port: int, args: argparse.Namespace) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
                       LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), DS_ACCELERATOR="cpu")  # fmt: skip
+                      MASTER_PORT=str(port), DS_ACCELERATOR="cpu",
+                      LOCAL_SIZE=str(world_size))  # fmt: skip  # DeepSpeed's launcher sets it
     torch.set_num_threads(1)
-    run(rounds, sizes, spec)
+    sizes = [int(part) for part in args.sizes.split(",")]
+    run(args, sizes)
+
+
+def busy_processes(count: int) -> list[subprocess.Popen[bytes]]:
+    """``count`` processes that each keep one core busy until stopped (``--load``), or until
+    this process is gone (their parent changes), should it die before it stops them."""
+    spin = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"
+    return [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--sizes", default="1,64", help="MiB per rank, comma-separated")
+    parser.add_argument("--sizes", default="1,64", help="MiB per rank of part 2, comma-separated")
+    parser.add_argument("--load", type=int, default=0, help="busy processes to run meanwhile")
+    parser.add_argument("--quick", action="store_true", help="16 KiB and 1 MiB, 3 rounds, part 1")
+    parser.add_argument("--all-reduce-only", action="store_true", help="part 1 only")
     parser.add_argument(
         "--spec",
         default=None,
-        help="the default group's backend spec, such as cpu:anyaccel_shm,cuda:gloo (the C++ "
-        "Backend form anyaccel_shm takes beside other devices); default: anyaccel_shm alone",
+        help="the default group's backend spec, such as cpu:anyaccel_shm,cuda:gloo (anyaccel_shm "
+        "beside another device's backend); default: anyaccel_shm alone",
     )
     args = parser.parse_args(argv)
-    sizes = [int(part) for part in args.sizes.split(",")]
+    if args.load < 0 or args.ranks < 1 or args.rounds < 1:
+        parser.error(f"--load, --ranks and --rounds must be positive: {vars(args)}")
+    if args.quick:
+        args.rounds = min(args.rounds, 3)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
-    mp.spawn(spawned, args=(args.ranks, port, args.rounds, sizes, args.spec), nprocs=args.ranks)
+    busy = busy_processes(args.load)
+    try:
+        mp.spawn(spawned, args=(args.ranks, port, args), nprocs=args.ranks)
+    finally:
+        for process in busy:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
     return 0
 
 

@@ -58,6 +58,7 @@ from anyaccel.distributed.shm import (
     all_reduce,
     ddp_comm_hook,
     shm_all_reduce_status,
+    shm_process_group,
 )
 
 __all__ = [
@@ -90,4 +91,5 @@ __all__ = [
     "parse_core_list",
     "plan_core_binding",
     "shm_all_reduce_status",
+    "shm_process_group",
 ]

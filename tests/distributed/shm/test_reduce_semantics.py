@@ -21,7 +21,7 @@ SEMANTICS = textwrap.dedent(
     import json, os
     from datetime import timedelta
     import torch, torch.distributed as dist
-    from anyaccel.distributed import all_reduce, init_distributed
+    from anyaccel.distributed import all_reduce, init_distributed, shm_process_group
     info = init_distributed(timeout=timedelta(seconds=90), shm_backend=True)
     rank, size = info.rank, info.world_size
     R = dist.ReduceOp
@@ -115,7 +115,7 @@ SEMANTICS = textwrap.dedent(
         out = torch.empty_like(inputs[rank])
         dist.reduce_scatter(out, [inputs[rank].clone() for _ in range(size)], op=R.AVG)
         same(f"reduce_scatter AVG {dtype}", out, want)
-    status = [world.status, off.status]
+    status = [shm_process_group(world).status, shm_process_group(off).status]
     dist.destroy_process_group()
     print(json.dumps({"failures": failures, "checks": checks, "status": status}), flush=True)
     os._exit(0)  # every group is destroyed; skip torch's gloo teardown at exit

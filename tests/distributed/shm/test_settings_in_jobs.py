@@ -23,7 +23,7 @@ JOB = textwrap.dedent(
     from datetime import timedelta
     import torch, torch.distributed as dist
     from anyaccel.distributed import all_reduce, backend_choice, init_distributed
-    from anyaccel.distributed.shm import shm_all_reduce_status
+    from anyaccel.distributed.shm import shm_all_reduce_status, shm_process_group
     from anyaccel.errors import InvalidSettingError
     logged, stderr = io.StringIO(), sys.stderr
     sys.stderr = logged  # what the default logging (no configuration) writes
@@ -40,8 +40,8 @@ JOB = textwrap.dedent(
         os._exit(0)
     sys.stderr = stderr
     result = {"backend": dist.get_backend(), "choice": backend_choice()["reason"],
-              "status": [getattr(dist.group.WORLD, "status", None),
-                         shm_all_reduce_status(gloo), second.status],
+              "status": [getattr(shm_process_group(), "status", None),
+                         shm_all_reduce_status(gloo), shm_process_group(second).status],
               "sums": [t.tolist(), u.tolist()], "logged": logged.getvalue()}
     dist.destroy_process_group()
     print(json.dumps(result), flush=True)

@@ -20,6 +20,7 @@ from anyaccel.distributed.shm.backend import (
     BACKEND_NAME,
     ShmProcessGroup,
     register_backend,
+    shm_process_group,
 )
 from anyaccel.distributed.shm.collectives import DTYPE_CODES, OP_CODES, all_reduce
 from anyaccel.distributed.shm.ddp import ddp_comm_hook
@@ -44,6 +45,7 @@ __all__ = [
     "group_state",
     "register_backend",
     "shm_all_reduce_status",
+    "shm_process_group",
     "slot_bytes",
 ]
 

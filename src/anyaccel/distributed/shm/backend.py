@@ -50,6 +50,7 @@ from anyaccel.distributed.errors import CollectiveError, DistributedSetupError
 from anyaccel.distributed.exit_grace import pause_for_backend
 from anyaccel.distributed.shm.group import (
     BACKEND_ENV,
+    SHM_ENV,
     ShmGroup,
     adopt,
     announce_fallback,
@@ -62,6 +63,7 @@ from anyaccel.distributed.shm.reduction import (
     op_code,
     premultiplied,
 )
+from anyaccel.errors import InvalidSettingError
 from anyaccel.forksafe import ForkSafeLock
 from anyaccel.settings import read_on_off
 
@@ -76,6 +78,7 @@ __all__ = [
     "cpu_backend_name",
     "register_backend",
     "shm_backend_wanted",
+    "shm_process_group",
 ]
 
 logger = logging.getLogger(__name__)
@@ -207,15 +210,29 @@ class ShmProcessGroup(dist.ProcessGroup):
         except (RuntimeError, ValueError) as exc:
             if isinstance(exc, CollectiveError):
                 raise
-            message = f"{BACKEND_NAME} {name} failed: {exc}"
-            if f"dtype #{FALLBACK_TAG} " in message:
-                message += (
-                    " (a rank announced that it runs this collective on gloo, because its "
-                    "tensor has a dtype, op, layout or shape the shared-memory path does not "
-                    "take, while another rank ran it on shared memory: pass the same kind "
-                    "of tensor on every rank)"
-                )
-            raise CollectiveError(message) from None
+            self.native_failure(name, str(exc))
+
+    def native_failure(self, name: str, error: str) -> None:
+        """Raise the :class:`CollectiveError` for collective ``name`` that failed with ``error``.
+
+        Also called by the C++ ``Backend`` (``shm_backend.cpp``) when its own all_reduce fails.
+        """
+        message = f"{BACKEND_NAME} {name} failed: {error}"
+        if f"dtype #{FALLBACK_TAG} " in message:
+            message += (
+                " (a rank announced that it runs this collective on gloo, because its "
+                "tensor has a dtype, op, layout or shape the shared-memory path does not "
+                "take, while another rank ran it on shared memory: pass the same kind "
+                "of tensor on every rank)"
+            )
+        raise CollectiveError(message) from None
+
+    @property
+    def native_all_reduce_address(self) -> int:
+        """The address of the kernel's C all-reduce entry, for the C++ ``Backend``."""
+        from anyaccel.distributed.shm.group import load_kernel
+
+        return int(load_kernel().native_all_reduce_address())
 
     def _to_gloo(self, name: str, root: int = 0) -> None:
         """Announce to the other ranks that this rank runs collective ``name`` on gloo.
@@ -522,7 +539,8 @@ def c10d_object_for(spec: str | None, default_spec: str | None = None) -> C10dOb
     """Which c10d object a group whose backend ``spec`` names :data:`BACKEND_NAME` gets.
 
     The one rule. anyaccel_shm the group's only backend (``"anyaccel_shm"``,
-    ``"cpu:anyaccel_shm"``): the whole group, a Python ``ProcessGroup``, no compiled code.
+    ``"cpu:anyaccel_shm"``): the whole group (torch's group over anyaccel's c10d ``Backend``
+    where it builds and the group has shared memory, else the Python ``ProcessGroup``).
     Another device given another backend (``"cpu:anyaccel_shm,cuda:nccl"``): a c10d
     ``Backend`` for CPU tensors that torch registers beside the others (compiled; refused,
     naming the fix, where it cannot be built). ``spec`` None (torch called directly, which
@@ -578,39 +596,93 @@ def refuse_a_whole_group_beside_other_backends(group: Any) -> None:
         )
 
 
-def _device_backend_module() -> Any:
-    """The compiled ``ShmBackendBuilder`` module; raises where it cannot be built."""
+#: Whether this process has said that the C++ form could not be built (said once).
+_warned_python_form = False
+
+
+def _device_backend_module(required: bool) -> Any:
+    """The compiled ``ShmBackendBuilder`` module; None where it cannot be built and need not be.
+
+    ``required``: the spec names other devices' backends, which only the C++ form serves.
+    """
+    global _warned_python_form
     from anyaccel.ops.cpu.shm_backend import ShmBackendBuilder
     from anyaccel.ops.errors import OpError
 
     try:
         return ShmBackendBuilder().load()
     except OpError as exc:
-        raise DistributedSetupError(
-            f"{BACKEND_NAME} beside another device's backend (such as "
-            f"'cpu:{BACKEND_NAME},cuda:nccl') needs anyaccel's c10d backend class, which could "
-            f"not be built here: {exc}. Install a C++ compiler and ninja, or use "
-            f"'cpu:gloo,cuda:nccl' with dist.new_group(backend='{BACKEND_NAME}') for the CPU "
-            "collectives"
-        ) from exc
+        if required:
+            raise DistributedSetupError(
+                f"{BACKEND_NAME} beside another device's backend (such as "
+                f"'cpu:{BACKEND_NAME},cuda:nccl') needs anyaccel's c10d backend class, which "
+                f"could not be built here: {exc}. Install a C++ compiler and ninja, or use "
+                f"'cpu:gloo,cuda:nccl' with dist.new_group(backend='{BACKEND_NAME}') for the "
+                "CPU collectives"
+            ) from exc
+        log = logger.info if _warned_python_form else logger.warning
+        _warned_python_form = True
+        log(
+            "%s: anyaccel's c10d backend class could not be built here (%s); the group runs as "
+            "a Python ProcessGroup instead (the same results, more time per all_reduce). "
+            "Install a C++ compiler and ninja for the faster form",
+            BACKEND_NAME, exc,
+        )  # fmt: skip
+        return None
+
+
+def _shm_not_turned_off() -> bool:
+    """Whether :data:`SHM_ENV` leaves the shared-memory path on (a bad value: the group's
+    set-up says so on every rank at once, so it counts as on here)."""
+    try:
+        return read_on_off(SHM_ENV) is not False
+    except InvalidSettingError:
+        return True
 
 
 def _create(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
     """The factory ``torch.distributed`` calls on every rank of a new group.
 
-    Returns what :func:`c10d_object_for` says for the spec anyaccel named (:func:`making_group`).
+    Returns what :func:`c10d_object_for` requires for the spec anyaccel named
+    (:func:`making_group`), in its faster form where it can: a Python :class:`ShmProcessGroup`
+    behind a c10d ``Backend`` (``ShmBackend``, ``shm_backend.cpp``), which torch registers for
+    the CPU, alone or beside other devices' backends. The ``Backend`` runs all_reduce itself,
+    without Python, and forwards the rest to the Python group. A group of anyaccel_shm alone is
+    the Python group itself where it has no shared segment (one rank, several nodes, turned
+    off: every call goes to gloo) or where the class cannot be built (slower per call, the same
+    results).
     """
     pause_for_backend(BACKEND_NAME)  # torch's gloo exit abort, whoever made the group
     spec = _group_spec.get()
     default_spec = _default_spec() if spec is None else None
-    form = c10d_object_for(spec, default_spec)
-    module = _device_backend_module() if form is C10dObject.CPU_BACKEND else None
-    # a whole group torch made without a spec checks it at its first collective
+    required = c10d_object_for(spec, default_spec) is C10dObject.CPU_BACKEND
+    # Loaded before the group's set-up loads the kernel's module (a cached build of this one
+    # failed to import after that, and its rebuild outlasted the set-up's timeout elsewhere).
+    wanted = required or (size > 1 and _shm_not_turned_off())
+    module = _device_backend_module(required) if wanted else None
+    # a Python whole group torch made without a spec checks the spec at its first collective
     unchecked = spec is None and module is None
     group = ShmProcessGroup(store, rank, size, timeout, spec_known=not unchecked)
-    if module is None:
-        return group
+    if module is None or (group.shm.communicator is None and not required):
+        return group  # no segment: every call goes to gloo, nothing for the class to run
     return module.ShmBackend(rank, size, group, group.gloo)
+
+
+def shm_process_group(group: Any | None = None) -> ShmProcessGroup | None:
+    """The :class:`ShmProcessGroup` that runs ``group``'s CPU collectives (None: not ours).
+
+    ``group`` (default: the default group) is the group itself where it runs as a Python
+    group, else torch's group whose CPU backend is anyaccel's c10d ``Backend``.
+    """
+    group = dist.group.WORLD if group is None else group
+    if group is None or isinstance(group, ShmProcessGroup):
+        return group
+    try:
+        backend = group._get_backend(torch.device("cpu"))
+    except (AttributeError, RuntimeError):  # not a group, or no CPU backend
+        return None
+    inner = getattr(backend, "group", None)
+    return inner if isinstance(inner, ShmProcessGroup) else None
 
 
 def backend_registered() -> bool:

@@ -1,17 +1,23 @@
-// anyaccel_shm as a c10d Backend, for device specs that name other backends beside it
-// ("cpu:anyaccel_shm,cuda:nccl").
+// anyaccel_shm as a c10d Backend: the form torch registers for the CPU, alone or beside other
+// devices' backends ("cpu:anyaccel_shm,cuda:nccl").
 //
 // torch keeps a Python ProcessGroup returned by a backend plugin as the whole group, so every
 // other device of the spec would be dropped; a c10d Backend is registered for its device only,
 // next to the others. Python cannot subclass c10d::Backend (no constructor is bound), hence this
-// small C++ class: the collectives anyaccel_shm runs itself are forwarded, with the GIL, to the
-// Python ShmProcessGroup (shared memory, and its own gloo fallbacks and checks); every other call
-// goes straight to that group's gloo backend, as the Python group's registered backend does.
+// small C++ class. all_reduce, the call of every DDP bucket and ZeRO step, runs here without
+// Python: straight into the shared-memory communicator (through the C entry its module hands
+// over) and back with a completed Work. Every other collective anyaccel_shm runs itself, and
+// every all_reduce the kernel cannot take (other dtypes and ops, several or non-contiguous
+// tensors, no segment), is forwarded with the GIL to the Python ShmProcessGroup (shared memory,
+// and its own gloo fallbacks and checks); every other call goes straight to that group's gloo
+// backend, as the Python group's registered backend does.
 
 #include <torch/extension.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <chrono>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +30,53 @@ using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 using Tensors = std::vector<at::Tensor>;
 using TensorLists = std::vector<std::vector<at::Tensor>>;
 
+// shm_comm.cpp's native_all_reduce: 0 done, 1 communicator unusable (nothing done), 2 error.
+using NativeAllReduce = int (*)(void* communicator, void* data, int64_t numel, int dtype,
+                                int op, double timeout, int threads, char* message,
+                                size_t capacity);
+
+// A collective that already ran (synchronously): wait() returns at once, the future holds the
+// outputs (DDP's comm hooks read it).
+class CompletedWork : public c10d::Work {
+ public:
+  CompletedWork(Tensors outputs, c10d::OpType type)
+      : Work(-1, type), outputs_(std::move(outputs)) {}
+  bool isCompleted() override { return true; }
+  bool wait(std::chrono::milliseconds /*timeout*/) override { return true; }
+  Tensors result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    auto future = c10::make_intrusive<c10::ivalue::Future>(
+        c10::ListType::create(c10::TensorType::get()));
+    future->markCompleted(c10::IValue(outputs_));
+    return future;
+  }
+
+ private:
+  Tensors outputs_;
+};
+
+// The kernel's dtype code (shm_comm.cpp's DType), or -1 where it has none.
+int dtype_code(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return 0;
+    case at::kBFloat16: return 1;
+    case at::kHalf: return 2;
+    default: return -1;
+  }
+}
+
+// The kernel's op code (shm_comm.cpp's Op), or -1 (PREMUL_SUM, bitwise ops: the Python path).
+int op_code(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return 0;
+    case c10d::ReduceOp::PRODUCT: return 1;
+    case c10d::ReduceOp::MIN: return 2;
+    case c10d::ReduceOp::MAX: return 3;
+    case c10d::ReduceOp::AVG: return 4;
+    default: return -1;
+  }
+}
+
 bool finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
   return Py_IsFinalizing() != 0;
@@ -35,15 +88,30 @@ bool finalizing() {
 class ShmBackend : public Backend {
  public:
   ShmBackend(int rank, int size, py::object group, c10::intrusive_ptr<Backend> gloo)
-      : Backend(rank, size), group_(std::move(group)), gloo_(std::move(gloo)) {}
+      : Backend(rank, size), group_(std::move(group)), gloo_(std::move(gloo)) {
+    // The group's communicator (None: no shared segment, every call goes to the group), held
+    // so that it outlives this backend's calls; the group closes it on shutdown, after which
+    // the entry answers "unusable" and the group says why.
+    py::object shm = group_.attr("shm");
+    communicator_ = shm.attr("communicator");
+    if (!communicator_.is_none()) {
+      handle_ = reinterpret_cast<void*>(communicator_.attr("handle").cast<std::uintptr_t>());
+      entry_ = reinterpret_cast<NativeAllReduce>(
+          group_.attr("native_all_reduce_address").cast<std::uintptr_t>());
+      timeout_ = shm.attr("timeout").cast<double>();
+      threads_ = shm.attr("threads").cast<int>();
+    }
+  }
 
   ~ShmBackend() override {
     // The Python group may be released at interpreter exit, when taking the GIL is unsafe.
     if (Py_IsInitialized() && !finalizing()) {
       py::gil_scoped_acquire gil;
+      communicator_ = py::object();
       group_ = py::object();
     } else {
-      group_.release();  // left to the process's end
+      communicator_.release();  // left to the process's end
+      group_.release();
     }
   }
 
@@ -54,6 +122,23 @@ class ShmBackend : public Backend {
     return call("broadcast", tensors, opts);
   }
   WorkPtr allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) override {
+    if (entry_ != nullptr && tensors.size() == 1) {
+      at::Tensor& tensor = tensors[0];
+      const int dtype = dtype_code(tensor.scalar_type());
+      const int op = op_code(opts.reduceOp);
+      if (dtype >= 0 && op >= 0 && tensor.device().is_cpu() && tensor.layout() == at::kStrided &&
+          tensor.is_contiguous()) {
+        char message[1024];
+        const int done = entry_(handle_, tensor.data_ptr(), tensor.numel(), dtype, op, timeout_,
+                                threads_, message, sizeof message);
+        if (done == 0) {
+          ++native_all_reduces_;
+          return c10::make_intrusive<CompletedWork>(tensors, c10d::OpType::ALLREDUCE);
+        }
+        if (done == 2) fail("all_reduce", message);
+        // 1: the communicator was closed or failed before the call; the group says which
+      }
+    }
     return call("allreduce", tensors, opts);
   }
   WorkPtr allgather(TensorLists& outputs, Tensors& inputs,
@@ -129,8 +214,16 @@ class ShmBackend : public Backend {
   }
 
   py::object group() const { return group_; }
+  int64_t native_all_reduces() const { return native_all_reduces_; }
 
  private:
+  // The group's CollectiveError for a failed native call, raised into the caller's Python.
+  [[noreturn]] void fail(const char* name, const char* message) {
+    py::gil_scoped_acquire gil;
+    group_.attr("native_failure")(name, message);  // raises
+    throw std::runtime_error(std::string("anyaccel_shm ") + name + " failed: " + message);
+  }
+
   template <typename... Args>
   WorkPtr call(const char* name, Args&... args) {
     py::gil_scoped_acquire gil;
@@ -139,6 +232,12 @@ class ShmBackend : public Backend {
 
   py::object group_;
   c10::intrusive_ptr<Backend> gloo_;
+  py::object communicator_;
+  void* handle_ = nullptr;
+  NativeAllReduce entry_ = nullptr;
+  double timeout_ = 0;
+  int threads_ = 1;
+  int64_t native_all_reduces_ = 0;  // all_reduce calls run here, without Python
 };
 
 }  // namespace
@@ -151,5 +250,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init<int, int, py::object, c10::intrusive_ptr<c10d::Backend>>(), py::arg("rank"),
            py::arg("size"), py::arg("group"), py::arg("gloo"))
       .def_property_readonly("group", &anyaccel::ShmBackend::group,
-                             "The Python ShmProcessGroup that runs the collectives");
+                             "The Python ShmProcessGroup that runs the other collectives")
+      .def_property_readonly("native_all_reduces", &anyaccel::ShmBackend::native_all_reduces,
+                             "How many all_reduce calls ran in C++, without Python");
 }

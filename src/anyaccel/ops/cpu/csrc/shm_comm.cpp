@@ -16,8 +16,8 @@
 // Waiting never blocks forever: it checks a deadline, the peers' "failed" flags, and whether
 // each peer process still exists (re-reading the peer's progress after finding it gone: a
 // peer that published and then exited finished correctly), and throws an error naming the
-// rank otherwise. One Communicator runs one collective at a time: the Python side holds the
-// group's lock around every call.
+// rank otherwise. One Communicator runs one collective at a time: every call holds its mutex,
+// whether it comes from Python or from anyaccel's c10d Backend (native_all_reduce, no Python).
 //
 // Kernels take raw addresses (validated on the Python side), so the build needs only pybind11.
 // The module also carries DeepSpeed's ShareMemCommBuilder interface: initialize(world_size,
@@ -40,6 +40,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -62,6 +63,12 @@ namespace {
 
 constexpr uint64_t kMagic = 0x616e7973686d3032ull;  // "anyshm02"
 constexpr int kSlots = 2;
+// How long a rank waiting for its peers spins, then yields its core, before it sleeps. Measured
+// on 2 ranks of a loaded 2-core host: spinning 20 us or more doubles a 16 KiB call (the spinner
+// holds the core its peer needs), 0 to 10 us and a yield stage are alike; a quiet host needs a
+// few microseconds of spinning to catch a peer of a short call without a futex wake-up.
+constexpr std::chrono::microseconds kSpinWait(10);
+constexpr std::chrono::microseconds kYieldWait(50);
 
 enum class DType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
 // kAvg sums in double and divides there before rounding to the tensor's dtype (a mean that fits
@@ -339,6 +346,7 @@ class Communicator {
   }
 
   void close() {
+    std::lock_guard<std::mutex> hold(mutex_);
     if (base_ != nullptr) {
       munmap(base_, size_t(bytes_));
       base_ = nullptr;
@@ -359,6 +367,34 @@ class Communicator {
 
   void all_reduce(uintptr_t address, int64_t numel, int dtype_code, int op_code, double timeout,
                   int threads) {
+    std::lock_guard<std::mutex> hold(mutex_);
+    all_reduce_held(address, numel, dtype_code, op_code, timeout, threads);
+  }
+
+  // all_reduce for a caller without Python (anyaccel's c10d Backend): 0 when done; 1 when this
+  // communicator is closed or has failed, and nothing was done (the caller's other path says
+  // why); 2 on an error, its text in `message` (`capacity` bytes, always terminated).
+  int all_reduce_native(void* data, int64_t numel, int dtype_code, int op_code, double timeout,
+                        int threads, char* message, size_t capacity) noexcept {
+    try {
+      std::lock_guard<std::mutex> hold(mutex_);
+      if (base_ == nullptr || failed_) return 1;
+      all_reduce_held(reinterpret_cast<uintptr_t>(data), numel, dtype_code, op_code, timeout,
+                      threads);
+      return 0;
+    } catch (const std::exception& exc) {
+      std::snprintf(message, capacity, "%s", exc.what());
+    } catch (...) {
+      std::snprintf(message, capacity, "%s", "unknown error");
+    }
+    return 2;
+  }
+
+  std::uintptr_t handle() { return reinterpret_cast<std::uintptr_t>(this); }
+
+ private:
+  void all_reduce_held(uintptr_t address, int64_t numel, int dtype_code, int op_code,
+                       double timeout, int threads) {
     check_usable();
     if (dtype_code < 0 || dtype_code > 2 || op_code < 0 || op_code >= kOps || numel < 0) {
       throw std::invalid_argument("all_reduce: unknown dtype or op code, or negative size");
@@ -378,9 +414,11 @@ class Communicator {
     } while (offset < numel);
   }
 
+ public:
   // outputs[r] (nbytes each) = rank r's `nbytes` bytes at `in`.
   void all_gather(uintptr_t in, const std::vector<uintptr_t>& outputs, int64_t nbytes, int tag,
                   double timeout, int threads) {
+    std::lock_guard<std::mutex> hold(mutex_);
     check_bytes_call(nbytes, tag);
     if (int(outputs.size()) != world_size_) {
       throw std::invalid_argument("all_gather: one output address per rank expected");
@@ -404,6 +442,7 @@ class Communicator {
   // `nbytes` bytes at `address` on every rank = those of rank `root`.
   void broadcast(uintptr_t address, int64_t nbytes, int root, int tag, double timeout,
                  int threads) {
+    std::lock_guard<std::mutex> hold(mutex_);
     check_bytes_call(nbytes, tag);
     if (root < 0 || root >= world_size_) throw std::invalid_argument("broadcast: bad root");
     char* data = reinterpret_cast<char*>(address);
@@ -425,6 +464,7 @@ class Communicator {
   // out (numel) = the reduction over ranks of their in[rank_ * numel .. (rank_ + 1) * numel).
   void reduce_scatter(uintptr_t in, uintptr_t out, int64_t numel, int dtype_code, int op_code,
                       double timeout, int threads) {
+    std::lock_guard<std::mutex> hold(mutex_);
     check_usable();
     if (dtype_code < 0 || dtype_code > 2 || op_code < 0 || op_code >= kOps || numel < 0) {
       throw std::invalid_argument("reduce_scatter: unknown dtype or op code, or negative size");
@@ -457,6 +497,7 @@ class Communicator {
   }
 
   void barrier(double timeout) {
+    std::lock_guard<std::mutex> hold(mutex_);
     check_usable();
     run_round(nullptr, 0, 0, DType::kFloat32, Op::kSum, deadline_after(timeout), timeout, 1);
   }
@@ -621,12 +662,26 @@ class Communicator {
     }
   }
 
-  // Spin briefly (peers usually arrive within microseconds), then sleep on the futex word of
-  // the first peer still behind, waking every 2 ms to check deadlines and liveness.
+  // Three stages, so that a short call is never slept through and a descheduled peer is never
+  // starved of the core it needs: spin with a pause for up to kSpinWait (peers of a short call
+  // arrive within microseconds), then yield the core for up to kYieldWait (a peer that shares
+  // this core runs at once; with nothing else to run, yield returns at once), then sleep on
+  // the futex word of the first peer still behind, waking every 2 ms to check deadlines and
+  // liveness.
   void wait_for_peers(uint64_t seq, Clock::time_point deadline, double timeout) {
-    for (int spin = 0; spin < 2048; ++spin) {
+    if (peers_reached(seq)) return;
+    const auto start = Clock::now();
+    for (;;) {
+      for (int spin = 0; spin < 64; ++spin) {
+        if (peers_reached(seq)) return;
+        ANYACCEL_RELAX();
+      }
+      if (Clock::now() - start >= kSpinWait) break;
+    }
+    for (;;) {
+      sched_yield();
       if (peers_reached(seq)) return;
-      ANYACCEL_RELAX();
+      if (Clock::now() - start >= kSpinWait + kYieldWait) break;
     }
     auto next_check = Clock::now();
     const struct timespec slice = {0, 2000000};
@@ -697,7 +752,16 @@ class Communicator {
   uint64_t seq_ = 0;
   bool failed_ = false;
   std::vector<int> pids_;
+  std::mutex mutex_;  // one collective at a time, whether called from Python or from C++
 };
+
+// The C function anyaccel's c10d Backend calls (its address handed over by the module, so the
+// two extensions share no C++ type): Communicator::all_reduce_native on `communicator`.
+int native_all_reduce(void* communicator, void* data, int64_t numel, int dtype_code, int op_code,
+                      double timeout, int threads, char* message, size_t capacity) noexcept {
+  return static_cast<Communicator*>(communicator)
+      ->all_reduce_native(data, numel, dtype_code, op_code, timeout, threads, message, capacity);
+}
 
 // DeepSpeed's ShareMemCommBuilder interface ---------------------------------------------------
 // The Python module that implements it (it runs anyaccel.distributed's all_reduce).
@@ -739,7 +803,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("abandon", &Communicator::abandon)
       .def("failed", &Communicator::failed)
-      .def("close", &Communicator::close);
+      .def("close", &Communicator::close)
+      .def_property_readonly("handle", &Communicator::handle,
+                             "This communicator's address, for native_all_reduce's callers");
+  m.def(
+      "native_all_reduce_address",
+      []() { return reinterpret_cast<std::uintptr_t>(&anyaccel::native_all_reduce); },
+      "The address of the C all-reduce entry (communicator, data, numel, dtype, op, timeout, "
+      "threads, message, capacity) -> 0 done, 1 unusable, 2 error");
   m.def("initialize", &anyaccel::initialize, py::arg("world_size"), py::arg("rank"),
         "Set up the shared-memory all-reduce for the default process group (DeepSpeed's name).");
   m.def("vector_kernel_level", &anyaccel::vector_kernel_level,
