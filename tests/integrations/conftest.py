@@ -49,6 +49,17 @@ def get_accelerator():
 """
 
 
+def finish_launch(process: subprocess.Popen[bytes], log: Path, what: str) -> None:
+    """Wait for a launched job (15 minutes at most, then killed); fail naming it, with its log."""
+    try:
+        code: int | None = process.wait(timeout=900)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        code = None
+    assert code == 0, f"{what} run: exit {code}\n{log.read_text()[-4000:]}"
+
+
 def deepspeed_python() -> str | None:
     """An interpreter that can import DeepSpeed, or ``None``."""
     configured = os.environ.get("ANYACCEL_DEEPSPEED_PYTHON")

@@ -107,10 +107,14 @@ def main() -> None:
         with open(args.out, "w") as out:
             used_name = f"{used.__module__}.{used.__qualname__}"
             json.dump({"accelerator": used_name, "backend": backend, "losses": losses}, out)
+    end_the_job()
+
+
+def end_the_job() -> None:
+    """End the job as docs/distributed.md says: DeepSpeed's engines keep their gloo groups
+    alive to exit, where a worker still releasing a collective's tensors aborts the process
+    now and then (SIGABRT after all the work is done, for DeepSpeed's own accelerator too)."""
     torch.distributed.barrier()
-    # End the job as docs/distributed.md says: DeepSpeed's engines keep their gloo groups
-    # alive to exit, where a worker still releasing a collective's tensors aborts the process
-    # now and then (SIGABRT after all the work is done, for DeepSpeed's own accelerator too).
     gc.collect()
     torch.distributed.destroy_process_group()
     sys.stdout.flush()

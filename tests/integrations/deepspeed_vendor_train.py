@@ -12,10 +12,7 @@ configuration the losses, the gathered weights and that forward's outcome.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import os
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -102,13 +99,11 @@ def main() -> None:
     }
     rank = torch.distributed.get_rank()
     Path(args.out, f"rank{rank}.json").write_text(json.dumps(result))
-    torch.distributed.barrier()
-    # End as deepspeed_train.py does (docs/distributed.md): no teardown race at exit.
-    gc.collect()
-    torch.distributed.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    # as deepspeed_train.py ends (docs/distributed.md): no teardown race at exit; imported
+    # here, as a script, from beside this file (the tests import this module for CONFIGS)
+    from deepspeed_train import end_the_job
+
+    end_the_job()
 
 
 if __name__ == "__main__":

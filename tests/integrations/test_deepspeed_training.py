@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import child_env
+from .conftest import child_env, finish_launch
 from .deepspeed_train import CONFIGS, config_name
 
 pytestmark = [pytest.mark.deepspeed, pytest.mark.slow]
@@ -67,14 +67,7 @@ def shm_runs(
     }  # fmt: skip
     results = {}
     for backend, process in launches.items():
-        try:
-            code = process.wait(timeout=900)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            code = None
-        log = (out_dir / backend).with_suffix(".log").read_text()
-        assert code == 0, f"{backend} run: exit {code}\n{log[-4000:]}"
+        finish_launch(process, (out_dir / backend).with_suffix(".log"), backend)
         results[backend] = json.loads((out_dir / backend).with_suffix(".json").read_text())
     return results
 
@@ -109,13 +102,7 @@ def runs(ds_python: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
         )
     results = {}
     for accelerator, (process, log_path) in launches.items():
-        try:
-            code = process.wait(timeout=900)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            code = None
-        assert code == 0, f"{accelerator} run: exit {code}\n{log_path.read_text()[-4000:]}"
+        finish_launch(process, log_path, accelerator)
         results[accelerator] = json.loads((out_dir / f"{accelerator}.json").read_text())
     return results
 

@@ -20,7 +20,7 @@ import pytest
 
 from anyaccel.ops.jit.toolchain import toolchain_problem
 
-from .conftest import child_env, run_python
+from .conftest import child_env, finish_launch, run_python
 from .deepspeed_vendor_train import CONFIGS, STEPS
 
 pytestmark = [pytest.mark.deepspeed, pytest.mark.slow]
@@ -62,14 +62,7 @@ def runs(ds_python: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
         launches[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     results = {}
     for name, process in launches.items():
-        try:
-            code = process.wait(timeout=900)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            code = None
-        said = (root / f"{name}.log").read_text()
-        assert code == 0, f"{name} run: exit {code}\n{said[-4000:]}"
+        finish_launch(process, root / f"{name}.log", name)
         results[name] = [json.loads((root / name / f"rank{r}.json").read_text()) for r in (0, 1)]
     return results
 

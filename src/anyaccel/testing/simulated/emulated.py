@@ -36,7 +36,7 @@ __all__ = [
 #: The simulation (``VENDOR[:COUNT]``) the processes a simulated script starts enter at startup.
 SIMULATED_ENV = "ANYACCEL_SIMULATED"
 #: The folder holding the ``sitecustomize`` that enters it.
-SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
+SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
 
 #: The simulated vendors whose device is a PrivateUse1 device, so the emulation can be theirs.
 EMULATED_VENDORS = ("npu", "mlu", "sdaa", "musa", "supa")
