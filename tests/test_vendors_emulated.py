@@ -23,7 +23,7 @@ import torch
 
 from anyaccel.ops.emulated.runtime import MINIMUM_TORCH
 from anyaccel.testing.simulated.__main__ import main as runner_main
-from anyaccel.testing.simulated.emulated import EMULATED_VENDORS, simulation_for
+from anyaccel.testing.simulated.emulated import EMULATED_VENDORS, parse_simulation, simulation_for
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).with_name("vendor_probe.py")
@@ -115,6 +115,7 @@ def test_every_privateuse1_vendor_has_an_emulated_simulation() -> None:
     assert set(EMULATED_VENDORS) == set(COLLECTIVES)
     with pytest.raises(ValueError, match="'xpu' is not a simulated vendor"):
         simulation_for("xpu:1")
+    assert parse_simulation("mlu") == ("mlu", 2) and parse_simulation("npu:3") == ("npu", 3)
 
 
 # ------------------------------------------------------------------ every vendor trains

@@ -22,8 +22,8 @@ import sys
 from anyaccel.testing.simulated.emulated import (
     EMULATED_VENDORS,
     enter_for_process,
+    parse_simulation,
     propagate_to_children,
-    simulation_for,
 )
 
 USAGE = (
@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2
     try:
-        simulation_for(argv[0])  # checks the spec; nothing is entered yet
+        parse_simulation(argv[0])  # checks the spec; nothing is installed yet
     except ValueError as error:
         print(f"error: {error}\n{USAGE}", file=sys.stderr)
         return 2

@@ -29,6 +29,7 @@ __all__ = [
     "emulated_module",
     "enter_for_process",
     "install_backing",
+    "parse_simulation",
     "propagate_to_children",
     "simulation_for",
 ]
@@ -216,10 +217,10 @@ def emulated_module(
     return module
 
 
-def simulation_for(spec: str) -> contextlib.AbstractContextManager[SimulatedDeviceModule]:
-    """The emulated simulation ``VENDOR[:COUNT]`` names (``npu:2``; two devices by default).
+def parse_simulation(spec: str) -> tuple[str, int]:
+    """``VENDOR[:COUNT]`` (``npu:2``; two devices by default) as ``(vendor, count)``.
 
-    Raises ``ValueError`` naming the bad part and what is accepted.
+    Checks only; installs nothing. Raises ``ValueError`` naming the bad part and what is accepted.
     """
     vendor, _, count_text = spec.partition(":")
     if vendor not in EMULATED_VENDORS:
@@ -234,6 +235,16 @@ def simulation_for(spec: str) -> contextlib.AbstractContextManager[SimulatedDevi
         count = 0
     if count < 1:
         raise ValueError(f"device count {count_text!r} in {spec!r} is not a positive integer")
+    return vendor, count
+
+
+def simulation_for(spec: str) -> contextlib.AbstractContextManager[SimulatedDeviceModule]:
+    """The emulated simulation ``VENDOR[:COUNT]`` names (see :func:`parse_simulation`).
+
+    For some vendors making it installs the devices already (torch names them once per
+    process); check a spec with :func:`parse_simulation` alone.
+    """
+    vendor, count = parse_simulation(spec)
     from anyaccel.testing import simulated
 
     simulate: Any = getattr(simulated, f"simulate_{vendor}")
