@@ -49,15 +49,20 @@ def get_accelerator():
 """
 
 
-def finish_launch(process: subprocess.Popen[bytes], log: Path, what: str) -> None:
-    """Wait for a launched job (15 minutes at most, then killed); fail naming it, with its log."""
+def finish_launch(
+    process: subprocess.Popen[bytes], log: Path, what: str, timeout: float = 900
+) -> str:
+    """Wait for a launched job (killed after ``timeout`` s); its log once it exits 0, else fail
+    naming it, with the log's end."""
     try:
-        code: int | None = process.wait(timeout=900)
+        code: int | None = process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
         code = None
-    assert code == 0, f"{what} run: exit {code}\n{log.read_text()[-4000:]}"
+    output = log.read_text()
+    assert code == 0, f"{what}: exit {code} (None: timed out)\n{output[-4000:]}"
+    return output
 
 
 def deepspeed_python() -> str | None:

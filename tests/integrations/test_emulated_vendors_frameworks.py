@@ -33,7 +33,7 @@ from anyaccel.backends.sdaa import SdaaAccelerator
 from anyaccel.ops.emulated.runtime import MINIMUM_TORCH
 from anyaccel.ops.jit.toolchain import toolchain_problem
 
-from .conftest import ANYACCEL_SRC
+from .conftest import ANYACCEL_SRC, finish_launch
 
 _TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
 _NO_BUILD = toolchain_problem()
@@ -97,14 +97,7 @@ class _Job:
 
     def ranks(self) -> list[dict[str, Any]]:
         if self._ranks is None:
-            try:
-                code = self.process.wait(timeout=TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-                code = None
-            output = self.log.read_text()
-            assert code == 0, f"{self.name}: exit {code} (None: timed out)\n{output[-4000:]}"
+            output = finish_launch(self.process, self.log, self.name, TIMEOUT)
             files = sorted(self.out.glob("rank*.json"))
             assert len(files) == 2, f"{self.name}: {files}\n{output[-4000:]}"
             self._ranks = [json.loads(path.read_text()) for path in files]

@@ -34,7 +34,7 @@ import anyaccel
 from anyaccel.backends.cuda import CudaAccelerator
 from anyaccel.testing.simulated import simulate_cuda
 
-from .conftest import ANYACCEL_SRC
+from .conftest import ANYACCEL_SRC, finish_launch
 
 pytestmark = pytest.mark.slow
 
@@ -72,15 +72,7 @@ class _Child:
 
     def wait(self) -> str:
         """The child's output once it exits 0 (the test fails with its log otherwise)."""
-        try:
-            code = self.process.wait(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            code = None
-        output = self.log.read_text()
-        assert code == 0, f"{self.name}: exit {code} (None: timed out)\n{output[-4000:]}"
-        return output
+        return finish_launch(self.process, self.log, self.name, TIMEOUT)
 
 
 def _torchrun() -> list[str]:
