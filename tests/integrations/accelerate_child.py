@@ -3,10 +3,10 @@
 Run under ``torchrun --nproc-per-node 2`` with a mode and a folder. ``ops`` and ``script`` run
 accelerate's own shipped test scripts (``accelerate.test_utils.scripts``); ``trainer`` trains
 a tiny GPT-2 built from a config (no download) with the transformers ``Trainer``. Each rank
-writes what it prints to ``rank<N>.log`` in the folder. ``script`` and ``trainer`` call
-``anyaccel.distributed.init_distributed()`` after ``install()`` (the docs' line for
-anyaccel_shm); ``ops`` leaves the group to accelerate (gloo); the last line, prefixed ``RESULT``, is
-its state as JSON.
+writes what it prints to ``rank<N>.log`` in the folder. Every mode calls only ``install()``:
+under torchrun on the CPU it joins the default group, anyaccel_shm on one node, which accelerate
+adopts (``ANYACCEL_SHM_BACKEND=0`` keeps gloo). The last line, prefixed ``RESULT``, is its state
+as JSON.
 """
 
 from __future__ import annotations
@@ -111,14 +111,11 @@ def main() -> None:
     sys.stdout = open(os.path.join(out_dir, f"rank{rank}.log"), "w", buffering=1)  # noqa: SIM115
     from anyaccel.integrations import accelerate as integration
 
-    installation = integration.install()
-    if mode != "ops":  # the documented line for DDP on anyaccel_shm: accelerate uses this group
-        from anyaccel.distributed import init_distributed
-
-        init_distributed()
+    installation = integration.install()  # joins the group: accelerate adopts it
     result = _train() if mode == "trainer" else _run_script(mode)
     result["rank"] = rank
     result["installed_distributed_type"] = installation.distributed_type
+    result["installed_process_group"] = installation.process_group
     print("RESULT " + json.dumps(result), flush=True)
 
 

@@ -85,7 +85,8 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:
     cpu = _env(DS_ACCELERATOR="cpu")
     commands: dict[str, tuple[list[str], dict[str, str]]] = {
         "ops": ([*torchrun, str(CHILD), "ops"], cpu),
-        "script": ([*torchrun, str(CHILD), "script"], cpu),
+        # the documented way to keep gloo under install()
+        "script": ([*torchrun, str(CHILD), "script"], {**cpu, "ANYACCEL_SHM_BACKEND": "0"}),
         "report": (
             [sys.executable, "-c", _REPORT],
             _env(DS_ACCELERATOR="cpu", LOCAL_RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2"),
@@ -152,14 +153,21 @@ def _assert_two_multi_cpu_ranks(states: list[dict[str, Any]], group_backend: str
     for state in states:
         assert state["distributed_type"] == "MULTI_CPU", state
         assert state["num_processes"] == 2, state
-        # accelerate names gloo for MULTI_CPU; the group is the one that existed, if any
+        # accelerate names gloo for MULTI_CPU; the group is the one install() joined
         assert (state["backend"], state["group_backend"]) == ("gloo", group_backend), state
+
+
+def _installed_group(results: list[dict[str, Any]], group_backend: str) -> None:
+    for result in results:
+        assert result["installed_process_group"] == group_backend, result
 
 
 @pytest.mark.slow
 def test_accelerates_test_ops_pass_on_two_multi_cpu_ranks(jobs: Jobs) -> None:
     ranks = _ranks(jobs, "ops")
-    _assert_two_multi_cpu_ranks([result["ops"] for _, result in ranks], "gloo")
+    # install() alone: accelerate's gather/reduce ran on anyaccel_shm, with gloo's results
+    _assert_two_multi_cpu_ranks([result["ops"] for _, result in ranks], "anyaccel_shm")
+    _installed_group([result for _, result in ranks], "anyaccel_shm")
     for output, result in ranks:
         assert "=== ops passed" in output
         assert result["installed_distributed_type"] == "MULTI_CPU"
@@ -170,7 +178,9 @@ def test_accelerates_test_ops_pass_on_two_multi_cpu_ranks(jobs: Jobs) -> None:
 @pytest.mark.slow
 def test_accelerates_test_script_passes_on_two_multi_cpu_ranks(jobs: Jobs) -> None:
     ranks = _ranks(jobs, "script")
-    _assert_two_multi_cpu_ranks([result["script"] for _, result in ranks], "anyaccel_shm")
+    # ANYACCEL_SHM_BACKEND=0: install() joins a gloo group
+    _assert_two_multi_cpu_ranks([result["script"] for _, result in ranks], "gloo")
+    _installed_group([result for _, result in ranks], "gloo")
     for rank, (output, result) in enumerate(ranks):
         assert "=== script passed" in output
         assert result["installed_distributed_type"] == "MULTI_CPU"
@@ -188,6 +198,7 @@ def test_trainer_trains_one_model_on_two_ranks(jobs: Jobs) -> None:
     ranks = _ranks(jobs, "trainer")
     results = [result for _, result in ranks]
     _assert_two_multi_cpu_ranks(results, "anyaccel_shm")
+    _installed_group(results, "anyaccel_shm")
     for result in results:
         assert result["installed_distributed_type"] == "MULTI_CPU", result
         assert result["world_size"] == 2, result
@@ -407,9 +418,12 @@ def test_install_under_a_launcher_pauses_at_exit_for_gloo_and_refuses_a_bad_paus
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    # MULTI_CPU: DDP on gloo, as accelerate names it (on anyaccel_shm, inside a gloo group,
-    # when init_distributed() made the group first)
-    assert integration.install(CpuAccelerator()).backend == "gloo"
+    monkeypatch.delenv("MASTER_ADDR", raising=False)  # no rendezvous: install() joins no group
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    # MULTI_CPU: DDP on gloo as accelerate names it (under torchrun install() joins the group
+    # first, anyaccel_shm: the torchrun tests above)
+    installation = integration.install(CpuAccelerator())
+    assert (installation.backend, installation.process_group) == ("gloo", None)
     assert calls == ["x"]  # torch's gloo exit abort: see anyaccel.distributed.exit_grace
     integration.uninstall()
     monkeypatch.setattr(exit_grace, "install_exit_grace", real)  # a malformed value now:

@@ -449,6 +449,33 @@ class Installation:
     backend: str | None
     environment: dict[str, str]
     previous_environment: dict[str, str | None]
+    #: The backend of the default process group when ``install()`` returned (``None``: none):
+    #: under torchrun on the CPU it is the one ``install()`` joined, anyaccel_shm on one node.
+    process_group: str | None = None
+
+
+def _join_the_group(plan: _Plan, environ: Mapping[str, str]) -> str | None:
+    """On CPU ranks launched with a rendezvous, join the default group on the CPU's backend.
+
+    accelerate names gloo for every ``MULTI_CPU`` job (``PartialState(backend=...)`` refuses
+    any other) but adopts a default group that already exists: joining it here through
+    ``init_distributed()`` gives accelerate and the Trainer anyaccel_shm on one node, and
+    keeps gloo across nodes or with ``ANYACCEL_SHM_BACKEND=0``. Without ``MASTER_ADDR`` and
+    ``MASTER_PORT`` (no launcher's rendezvous) accelerate is left to make the group itself.
+    """
+    if plan.accelerate.distributed_type != "MULTI_CPU":
+        return None
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return None
+    if not dist.is_initialized():
+        if not (environ.get("MASTER_ADDR") and environ.get("MASTER_PORT")):
+            return None
+        from anyaccel.distributed import init_distributed
+
+        init_distributed()
+    return str(dist.get_backend())
 
 
 _lock = ForkSafeLock(reentrant=True)  # renewed in a forked child
@@ -517,6 +544,7 @@ def install(accelerator: Accelerator | None = None) -> Installation:
         from anyaccel.distributed.exit_grace import pause_for_backend
 
         pause_for_backend(plan.accelerate.backend or "")  # a bad ANYACCEL_EXIT_GRACE: refused now
+        group = _join_the_group(plan, os.environ)  # before any variable: a failure changes none
         if current is not None:  # every check passed: only now is the earlier one undone
             uninstall()
         previous = {name: os.environ.get(name) for name in plan.environment}
@@ -529,6 +557,7 @@ def install(accelerator: Accelerator | None = None) -> Installation:
             backend=plan.accelerate.backend,
             environment=dict(plan.environment),
             previous_environment=previous,
+            process_group=group,
         )
     if warning is not None:
         warnings.warn(warning, TransformersDeviceWarning, stacklevel=2)
