@@ -10,7 +10,7 @@
 # Environment:
 #   PYTHON            the interpreter (python3); it needs setuptools, torch and the dev extras
 #   LIGHTNING_TARGET  where to install the build (kept); default: a temporary folder, removed
-#   PYTEST_ARGS       extra pytest arguments (-x, -k ...)
+#   PYTEST_ARGS       extra pytest arguments (-x, -v ...)
 # Builds `lightning` (PACKAGE_NAME=lightning) and `pytorch_lightning` with `lightning_fabric`
 # inside (PACKAGE_NAME=pytorch), without dependencies, then runs tests/integrations/test_lightning.py
 # and the Lightning jobs of tests/integrations/test_emulated_vendors_frameworks.py. Exits non-zero
@@ -22,31 +22,49 @@ PYTHON="${PYTHON:-python3}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_PROGRESS_BAR=off
 
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-    sed -n '5,10p' "$0" >&2
+    sed -n '6,13p' "$0" >&2
     exit 2
 fi
-SOURCE="$(cd "$1" && pwd)"
+if [ ! -d "$1" ]; then
+    echo "SOURCE=$1 is no directory: give a Lightning clone, bare mirror or source tree" >&2
+    exit 2
+fi
+SOURCE="$(cd "$1" && pwd -P)"
 REV="${2:-HEAD}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/anyaccel-lightning-main.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
-TARGET="${LIGHTNING_TARGET:-$WORK/target}"
+TARGET="$(mkdir -p "${LIGHTNING_TARGET:-$WORK/target}" && cd "${LIGHTNING_TARGET:-$WORK/target}" && pwd -P)"
 
-# Only what the build reads: a mirror may lack the blobs of docs/ images.
-BUILT_PATHS=(setup.py pyproject.toml requirements src .actions README.md)
-if git -C "$SOURCE" rev-parse --git-dir >/dev/null 2>&1; then
-    echo "== Lightning $(git -C "$SOURCE" log -1 --format='commit %H of %cI' "$REV")"
-    mkdir "$WORK/tree"
-    git -C "$SOURCE" archive --format=tar "$REV" -- "${BUILT_PATHS[@]}" | tar -x -C "$WORK/tree"
-    TREE="$WORK/tree"
-elif [ -f "$SOURCE/setup.py" ] && [ -d "$SOURCE/src/lightning" ]; then
-    if [ $# -eq 2 ]; then
-        echo "REV=$REV given, but $SOURCE is no git repository (a source tree is built as is)" >&2
-        exit 2
+is_repository() {  # SOURCE is a repository's top (a clone's work tree, or a bare repository)
+    local top
+    if [ "$(git -C "$SOURCE" rev-parse --is-bare-repository 2>/dev/null)" = true ]; then
+        top="$(git -C "$SOURCE" rev-parse --absolute-git-dir)"
+    else
+        top="$(git -C "$SOURCE" rev-parse --show-toplevel 2>/dev/null)" || return 1
     fi
+    [ "$(cd "$top" && pwd -P)" = "$SOURCE" ]
+}
+
+# Only what the build reads: a mirror may lack the blobs of docs/ images (git may then name
+# one as an "invalid object" while archiving the rest: harmless, it is not built).
+BUILT_PATHS=(setup.py pyproject.toml requirements src .actions README.md)
+if is_repository; then
+    echo "== Lightning $(git -C "$SOURCE" log -1 --format='commit %H of %cI' "$REV")"
+    mapfile -t present < <(git -C "$SOURCE" ls-tree --name-only "$REV" -- "${BUILT_PATHS[@]}")
+    mkdir "$WORK/tree"
+    if [ ${#present[@]} -gt 0 ]; then
+        git -C "$SOURCE" archive --format=tar "$REV" -- "${present[@]}" | tar -x -C "$WORK/tree"
+    fi
+    TREE="$WORK/tree"
+elif [ $# -eq 2 ]; then
+    echo "REV=$REV given, but $SOURCE is no git repository (a source tree is built as it is)" >&2
+    exit 2
+else
     echo "== Lightning source tree $SOURCE (no git: say which commit it is when you report)"
     TREE="$SOURCE"
-else
-    echo "$SOURCE is neither a git repository nor a Lightning source tree (setup.py, src/lightning)" >&2
+fi
+if [ ! -f "$TREE/setup.py" ] || [ ! -d "$TREE/src/lightning" ]; then
+    echo "$SOURCE${2:+ at $REV} is no Lightning source: it lacks setup.py or src/lightning" >&2
     exit 2
 fi
 if ! "$PYTHON" -c "import setuptools" 2>/dev/null; then
@@ -56,9 +74,13 @@ fi
 
 # setup.py turns the tree into one package per PACKAGE_NAME (and rewrites src/ for the
 # standalone one): each build gets its own copy.
+present=()
+for path in "${BUILT_PATHS[@]}"; do
+    if [ -e "$TREE/$path" ]; then present+=("$path"); fi
+done
 for package in lightning pytorch; do
     mkdir "$WORK/build-$package"
-    (cd "$TREE" && tar -c "${BUILT_PATHS[@]}" 2>/dev/null || true) | tar -x -C "$WORK/build-$package"
+    tar -c -C "$TREE" "${present[@]}" | tar -x -C "$WORK/build-$package"
     echo "== building PACKAGE_NAME=$package into $TARGET"
     PACKAGE_NAME="$package" "$PYTHON" -m pip install -q --no-deps --no-build-isolation \
         --upgrade --target "$TARGET" "$WORK/build-$package"
