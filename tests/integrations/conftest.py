@@ -49,6 +49,15 @@ def get_accelerator():
 """
 
 
+def ours_then_this_runs_path() -> str:
+    """A same-interpreter child's ``PYTHONPATH``: this anyaccel, then this run's own entries.
+
+    This run's may put another Lightning first than the installed one (``.ci/run``'s oldest,
+    ``tools/lightning_main.sh``'s main): the children must import the one the parent did.
+    """
+    return os.pathsep.join(p for p in (ANYACCEL_SRC, os.environ.get("PYTHONPATH", "")) if p)
+
+
 def finish_launch(
     process: subprocess.Popen[bytes], log: Path, what: str, timeout: float = 900
 ) -> str:

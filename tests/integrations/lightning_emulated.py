@@ -203,7 +203,10 @@ def _negative(train: Any) -> dict[str, str]:
 def main(api: str, out_dir: Path) -> None:
     train = train_trainer if api == "trainer" else train_fabric
     rank = int(os.environ["RANK"])
-    result: dict[str, Any] = {"selected": type(anyaccel.get_accelerator()).__name__}
+    result: dict[str, Any] = {
+        "selected": type(anyaccel.get_accelerator()).__name__,
+        "lightning": [L.__version__, L.__file__],
+    }
     result["ddp"] = {p: {"vendor": train("anyaccel", 2, p)} for p in PRECISIONS}
     gc.collect()
     dist.destroy_process_group()

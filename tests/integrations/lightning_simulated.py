@@ -120,6 +120,7 @@ def main() -> dict[str, Any]:
             }
 
         result["selected"] = type(anyaccel.get_accelerator()).__name__
+        result["lightning"] = [L.__version__, L.__file__]
         one = trainer(devices=1)
         result["trainer_one"] = placement(one.strategy, one.precision_plugin)
         auto = trainer(precision="bf16-mixed")
@@ -143,22 +144,44 @@ def main() -> dict[str, Any]:
         stats = fp16.accelerator.get_device_stats(torch.device("mlu", 1))
         result["stats"] = {k: stats.get(k) for k in ("memory_allocated", "total_memory")}
 
-        # DDP wraps the model inside a side stream of the vendor module, not torch.cuda's.
+        # DDP wraps the model on the vendor module's streams, not torch.cuda's: the default
+        # stream of the root device; a side stream while a graph is being captured.
         import anyaccel.integrations.lightning.classes as integration
 
+        vendor = module
         wrapped: list[Any] = []
+        entered: list[Any] = []  # the device of each stream made current
+        streams = ("is_current_stream_capturing", "default_stream", "Stream", "stream")
+        make_current = vendor.stream
+
+        def record_stream(stream: Any) -> Any:
+            entered.append(stream.device)
+            return make_current(stream)
 
         def record_ddp(module: torch.nn.Module, device_ids: Any, **kwargs: Any) -> str:
-            wrapped.append([device_ids, [c for c in vendor.calls if c in ("Stream", "stream")]])
+            calls = [c for c in vendor.calls if c in streams]
+            wrapped.append([device_ids, calls, entered[-1] if calls[-1:] == ["stream"] else None])
             return "ddp"
 
-        vendor = module
+        vendor.stream = record_stream
         integration.DistributedDataParallel = record_ddp  # type: ignore[assignment,misc]
-        del vendor.calls[:]
-        auto.strategy._setup_model(torch.nn.Linear(1, 1))
-        del vendor.calls[:]
-        fabric.strategy.setup_module(torch.nn.Linear(1, 1))
+        second = trainer(devices=[1], strategy="ddp")  # one rank on mlu:1
+        accelerator = anyaccel.get_accelerator()
+        for build in (
+            lambda: auto.strategy._setup_model(torch.nn.Linear(1, 1)),
+            lambda: fabric.strategy.setup_module(torch.nn.Linear(1, 1)),
+            lambda: second.strategy._setup_model(torch.nn.Linear(1, 1)),
+        ):
+            del vendor.calls[:]
+            build()
+        warns = getattr(torch._C, "_warn_on_accumulate_grad_stream_mismatch", None)  # torch 2.10+
+        warned = [warns() if warns is not None else None]
+        with accelerator.capture_to_graph(accelerator.create_graph()):
+            del vendor.calls[:]
+            auto.strategy._setup_model(torch.nn.Linear(1, 1))
+        warned.append(warns() if warns is not None else None)
         result["ddp_wrapped"] = wrapped
+        result["accumulate_grad_warning"] = warned
 
         bound = AnyAccelerator(anyaccel.get_accelerator())
         copy = pickle.loads(pickle.dumps(bound))

@@ -33,7 +33,7 @@ from anyaccel.backends.sdaa import SdaaAccelerator
 from anyaccel.ops.emulated.runtime import MINIMUM_TORCH
 from anyaccel.ops.jit.toolchain import toolchain_problem
 
-from .conftest import ANYACCEL_SRC, finish_launch
+from .conftest import finish_launch, ours_then_this_runs_path
 
 _TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
 _NO_BUILD = toolchain_problem()
@@ -76,7 +76,7 @@ LIGHTNING = {"trainer": MLU, "fabric": SDAA}
 
 
 def _env() -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": ANYACCEL_SRC, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": ours_then_this_runs_path(), "OMP_NUM_THREADS": "1"}
     for name in ("DS_ACCELERATOR", "ACCELERATE_USE_CPU", "ACCELERATE_TORCH_DEVICE", "LOCAL_RANK"):
         env.pop(name, None)
     return env
@@ -112,15 +112,26 @@ def _torchrun(vendor: Vendor | None) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, _Job]]:
-    """Every job of this module, started at once so that they overlap."""
+def jobs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, _Job]]:
+    """Every job the selected tests of this module read, started at once so that they overlap.
+
+    A test's name says its framework (``test_lightning_...``, ``test_accelerate_...``,
+    ``test_transformers_...``): ``-k lightning`` starts no accelerate job.
+    """
     out = tmp_path_factory.mktemp("emulated_frameworks")
+    selected = {
+        item.name.split("_")[1]
+        for item in request.session.items
+        if getattr(item, "module", None) is request.module
+    }
     started: dict[str, _Job] = {}
-    if _HAS["lightning"]:
+    if _HAS["lightning"] and "lightning" in selected:
         for api, vendor in LIGHTNING.items():
             script = str(HERE / "lightning_emulated.py")
             started[api] = _Job(api, [*_torchrun(vendor), script, api], out)
-    if _HAS["accelerate"] and _HAS["transformers"]:
+    if _HAS["accelerate"] and _HAS["transformers"] and selected & {"accelerate", "transformers"}:
         script = str(HERE / "accelerate_emulated.py")
         started["accelerate"] = _Job("accelerate", [*_torchrun(MUSA), script], out)
         started["accelerate_cpu"] = _Job("accelerate_cpu", [*_torchrun(None), script], out)
@@ -167,6 +178,17 @@ def test_lightning_ddp_on_two_vendor_ranks_equals_lightnings_cpu_bit_for_bit(
     first, second = (result["ddp"][precision]["vendor"] for result in ranks)
     assert first["weights"] == second["weights"]  # the gradients were all-reduced
     assert first["losses"] != second["losses"]  # over different batches
+
+
+@pytest.mark.parametrize("api", sorted(LIGHTNING))
+def test_lightning_ranks_import_the_lightning_this_run_imports(
+    api: str, jobs: dict[str, _Job]
+) -> None:
+    # a Lightning put first on PYTHONPATH (an older release, a build of main) is the one tested
+    import lightning
+
+    for result in _job(jobs, api):
+        assert result["lightning"] == [lightning.__version__, lightning.__file__]
 
 
 @pytest.mark.parametrize("api", sorted(LIGHTNING))

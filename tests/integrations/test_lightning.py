@@ -34,7 +34,7 @@ import anyaccel
 from anyaccel.backends.cuda import CudaAccelerator
 from anyaccel.testing.simulated import simulate_cuda
 
-from .conftest import ANYACCEL_SRC, finish_launch
+from .conftest import finish_launch, ours_then_this_runs_path
 
 pytestmark = pytest.mark.slow
 
@@ -52,8 +52,8 @@ def _free_port() -> int:
 
 
 def _env(backend: str) -> dict[str, str]:
-    """Ours first, then this run's PYTHONPATH (which may hold another Lightning than installed)."""
-    path = os.pathsep.join(p for p in (ANYACCEL_SRC, os.environ.get("PYTHONPATH", "")) if p)
+    """A child's environment on ``backend``, importing the Lightning this run imports."""
+    path = ours_then_this_runs_path()
     env = dict(os.environ, PYTHONPATH=path, DS_ACCELERATOR=backend, OMP_NUM_THREADS="1")
     env.pop("ANYACCEL_SHM_BACKEND", None)  # the default: anyaccel_shm on CPU ranks
     return env
@@ -167,6 +167,13 @@ def standalone_only(children: dict[str, _Child]) -> dict[str, Any]:
 def simulated(children: dict[str, _Child]) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(children["simulated"].wait().strip().splitlines()[-1])
     return result
+
+
+def test_children_import_the_lightning_this_run_imports(simulated: dict[str, Any]) -> None:
+    # a Lightning put first on PYTHONPATH (.ci/run's oldest, a build of main) is the one tested
+    import lightning
+
+    assert simulated["lightning"] == [lightning.__version__, lightning.__file__]
 
 
 # ---------------------------------------------------------------------- training on the CPU
@@ -349,9 +356,30 @@ def test_device_stats_are_the_accelerators_memory_figures(simulated: dict[str, A
     assert simulated["stats"] == {"memory_allocated": 4096, "total_memory": 16 * 1024**3}
 
 
-def test_ddp_wraps_the_model_on_the_accelerators_stream(simulated: dict[str, Any]) -> None:
-    # Trainer then Fabric: device ids of the root device, inside torch.mlu.stream(Stream()).
-    assert simulated["ddp_wrapped"] == [[[0], ["Stream", "stream"]]] * 2
+def test_ddp_wraps_the_model_on_the_root_devices_default_stream(
+    simulated: dict[str, Any],
+) -> None:
+    # Trainer, Fabric, a Trainer rank on mlu:1: inside torch.mlu.stream(default_stream(index)),
+    # as Lightning after 2.6.6 does on CUDA (a side stream left torch's AccumulateGrad warning).
+    on_default = ["is_current_stream_capturing", "default_stream", "stream"]
+    assert simulated["ddp_wrapped"][:3] == [
+        [[0], on_default, 0],
+        [[0], on_default, 0],
+        [[1], on_default, 1],
+    ]
+
+
+def test_ddp_wraps_the_model_on_a_side_stream_while_a_graph_is_captured(
+    simulated: dict[str, Any],
+) -> None:
+    # torch's DDP notes: whole-network capture needs DDP built on a side stream (no device).
+    assert simulated["ddp_wrapped"][3:] == [
+        [[0], ["is_current_stream_capturing", "Stream", "stream"], None]
+    ]
+    # The stream mismatch is then meant: torch's warning about it is off (torch 2.10+ has it).
+    has_warning = hasattr(torch.autograd.graph, "set_warn_on_accumulate_grad_stream_mismatch")
+    expected = [True, False] if has_warning else [None, None]
+    assert simulated["accumulate_grad_warning"] == expected
 
 
 def test_a_bound_accelerator_survives_pickling(simulated: dict[str, Any]) -> None:

@@ -51,8 +51,19 @@ def sides() -> tuple[_Side, ...]:
     return tuple(side for flavour in FLAVOURS.values() for side in flavour._sides)
 
 
-def _accelerator_stream(accelerator: AnyaccelAccelerator) -> AbstractContextManager[Any]:
-    """A side stream of the accelerator, as Lightning uses ``torch.cuda.stream`` for DDP set-up."""
+def _ddp_stream(accelerator: AnyaccelAccelerator, index: int) -> AbstractContextManager[Any]:
+    """The accelerator's stream to build DDP on: the device's default one, a side one in capture.
+
+    As Lightning's own DDP set-up does for ``torch.cuda`` after 2.6.6 (its PR #21746): built on
+    a side stream, DDP keeps AccumulateGrad nodes on another stream than the backward passes
+    (torch 2.10+ warns, and syncs). Only a whole-network graph capture needs a side stream; the
+    mismatch is meant there, and torch's warning about it is turned off (as Lightning does).
+    """
+    if not accelerator.is_current_stream_capturing():
+        return accelerator.stream(accelerator.default_stream(index))
+    quiet = getattr(torch.autograd.graph, "set_warn_on_accumulate_grad_stream_mismatch", None)
+    if quiet is not None:  # torch 2.10 and later have the warning
+        quiet(False)
     return accelerator.stream(accelerator.Stream())
 
 
@@ -71,10 +82,12 @@ def ddp_backend(strategy: Any) -> str:
 def wrapped_in_ddp(
     strategy: Any, module: torch.nn.Module, device_ids: list[int] | None
 ) -> DistributedDataParallel:
-    """``module`` in DDP, built on a side stream of the accelerator (not torch.cuda's)."""
+    """``module`` in DDP, built on the accelerator's streams (not torch.cuda's): see
+    :func:`_ddp_stream`; on the CPU (no ``device_ids``) on none.
+    """
     context = (
-        _accelerator_stream(anyaccel_of(strategy.accelerator))
-        if device_ids is not None
+        _ddp_stream(anyaccel_of(strategy.accelerator), device_ids[0])
+        if device_ids
         else nullcontext()
     )
     with context:
@@ -290,7 +303,7 @@ def build(package: str, version: str) -> Flavour:
             _pause_at_exit_on_cpu(self)
 
         def setup_module(self, module: torch.nn.Module) -> DistributedDataParallel:
-            """Wrap ``module`` in DDP, on a side stream of the accelerator (not torch.cuda's)."""
+            """Wrap ``module`` in DDP on the accelerator's streams (not torch.cuda's)."""
             return wrapped_in_ddp(self, module, _device_ids(self))
 
         @classmethod

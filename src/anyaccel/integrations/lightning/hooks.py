@@ -101,7 +101,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
                 "the backend of the accelerator Lightning assigns after the strategy is built",
                 "the backend of the accelerator given (or selected) when it is built"),
     PrivateName("trainer DDPStrategy", "_setup_model", "overrides",
-                "wrap DDP on the accelerator's stream (Lightning: torch.cuda.stream)",
+                "wrap DDP on the accelerator's streams (Lightning: torch.cuda's)",
                 "Lightning's own on the CPU and CUDA; elsewhere a LightningSetupError at set-up "
                 "(use Fabric, whose DDP wrap is public)"),
 )  # fmt: skip
@@ -293,7 +293,7 @@ def _get_process_group_backend(strategy: Any) -> str:
 
 
 def _setup_model(strategy: Any, model: Any) -> Any:
-    """anyaccel's Trainer DDP: wrap the model on a side stream of the accelerator."""
+    """anyaccel's Trainer DDP: wrap the model on the accelerator's streams."""
     return wrapped_in_ddp(strategy, model, strategy.determine_ddp_device_ids())
 
 
