@@ -103,6 +103,9 @@ def install(spec: EmulatedSpec) -> ModuleType:
         set_native(loaded)
         module = _register_torch_names(spec)
         set_installed(spec)
+        from anyaccel.ops.emulated.shutdown import register_exit_drain
+
+        register_exit_drain(spec.device_type, spec.device_count)  # see its module: no abort
         return module
 
 
