@@ -6,7 +6,7 @@ holds a Python object (``torch.autograd.graph`` stashes the caller's ``contextva
 the thread-local state the graph copies), so the drop takes the GIL. If the caller has meanwhile
 reached interpreter shutdown, that GIL request ends the thread inside a C++ destructor and the
 process aborts ("terminate called without an active exception") after the script's work is
-done: measured here on 1 of 12 runs pinned to one core, and on 2 of about 100 loaded runs. The
+done: measured here in 10 of 52 runs pinned to one core (none of 52 with this hook). The
 same race exists on a GPU. Here an ``atexit`` hook sends each device thread one backward of its
 own and waits for it: a thread that has run it has dropped every earlier graph. The hook's own
 backward goes to torch's engine directly, without the stash (the one private call, with
