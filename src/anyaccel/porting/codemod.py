@@ -19,6 +19,7 @@ import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
 from anyaccel.errors import AnyaccelError
+from anyaccel.porting.analysis import ImportedName, import_aliases
 from anyaccel.porting.checker import (
     DEVICE_COUNTS,
     NO_NAMES,
@@ -265,6 +266,13 @@ def _names_cuda(call: cst.Call, keyword: str) -> bool:
     return False
 
 
+def _names_no_device(call: cst.Call, keyword: str) -> bool:
+    """Whether ``call`` passes no device (no positional argument, no ``keyword=``, no ``**``)."""
+    return not any(
+        arg.keyword is None or arg.keyword.value == keyword or arg.star for arg in call.args
+    )
+
+
 def _plain(arg: cst.Arg) -> cst.Arg:
     """``arg`` without its trailing comma (it is moved, so its old comma may not fit)."""
     return arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)
@@ -400,7 +408,19 @@ class _Porter(cst.CSTTransformer):
         ):
             self._accelerator_names.add(node.targets[0].target.value)
 
+    def _written(self, target: cst.BaseExpression) -> None:
+        """``x.is_cuda = ...`` sets an attribute: not the read ACC031 ports."""
+        if isinstance(target, cst.Attribute) and target.attr.value == "is_cuda":
+            self._handled.add(id(target))
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._written(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._written(node.target)
+
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._written(node.target)
         name = _last_name(node.target)
         if node.value is not None and name is not None and PROCESS_COUNT_NAME.search(name):
             self._process_counts.add(id(node.value))
@@ -477,6 +497,12 @@ class _Porter(cst.CSTTransformer):
             if split is not None and scaler is not None:
                 self.rewrites += 1
                 return updated_node.with_changes(args=[_plain(split[0]), *scaler])
+        if qualified in _DEVICE_SCALERS and _names_no_device(original_node, "device"):
+            scaler = self._scaler(original_node, updated_node.args, first=1)
+            if scaler is not None:  # torch's default device is "cuda"
+                self.rewrites += 1
+                device = cst.Arg(_accelerator("device_name"))
+                return updated_node.with_changes(args=[device, *scaler])
         if (
             isinstance(func, cst.Attribute)
             and isinstance(updated_node.func, cst.Attribute)  # not already rewritten
@@ -933,7 +959,7 @@ def port_source(source: str, path: str = "<string>") -> PortResult:
         return _port_cr_only(source, path)
     tree = _parse(source, path)
     starts = _line_starts(source)
-    aliases, imports = _ast_aliases(tree)
+    aliases, imports = import_aliases(tree.body)
     chunks = _join_guardable(_chunks(tree, len(starts)), source, starts, aliases)
     config = cst.PartialParserConfig(
         default_indent=_indent_of(source, tree, starts), default_newline=newline_of(source)
@@ -1218,31 +1244,6 @@ def _indent_of(source: str, tree: ast.Module, starts: list[int]) -> str:
     return "    "
 
 
-def _ast_aliases(
-    tree: ast.Module,
-) -> tuple[dict[str, str], dict[str, tuple[str, str | None, str | None]]]:
-    """What ``_Aliases`` finds, from the stdlib tree (no libcst pass over the whole file)."""
-    aliases: dict[str, str] = {}
-    imports: dict[str, tuple[str, str | None, str | None]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname:
-                    aliases[alias.asname] = alias.name
-                    imports[alias.asname] = (alias.name, None, alias.asname)
-                else:
-                    top = alias.name.split(".")[0]
-                    aliases[top] = top
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:
-                if alias.name == "*":
-                    break
-                local = alias.asname or alias.name
-                aliases[local] = f"{node.module}.{alias.name}"
-                imports[local] = (node.module, alias.name, alias.asname)
-    return aliases, imports
-
-
 def _port_trigger_lines(source: str, aliases: dict[str, str]) -> list[int]:
     """Lines a rewrite may touch: trigger words, and names imported from ``torch.cuda``."""
     lines = trigger_lines(source, TRIGGER)
@@ -1259,7 +1260,7 @@ def _fix_imports(
     config: cst.PartialParserConfig,
     total: _Totals,
     aliases: dict[str, str],
-    imports: dict[str, tuple[str, str | None, str | None]],
+    imports: dict[str, ImportedName],
 ) -> None:
     """Add ``from anyaccel import get_accelerator`` (and ``import torch``); drop dead imports.
 
@@ -1368,7 +1369,7 @@ def _add_from_anyaccel(module: cst.Module, name: str) -> cst.Module:
     return _add_to_existing_from_import(module, "anyaccel", name) or module
 
 
-def _imports_any(statement: ast.stmt, dead: set[tuple[str, str | None, str | None]]) -> bool:
+def _imports_any(statement: ast.stmt, dead: set[ImportedName]) -> bool:
     for node in ast.walk(statement):
         if isinstance(node, ast.Import):
             if any((a.name, None, a.asname) in dead for a in node.names):
@@ -1386,8 +1387,8 @@ def _dead_imports(
     ported: str,
     total: _Totals,
     aliases: dict[str, str],
-    imports: dict[str, tuple[str, str | None, str | None]],
-) -> set[tuple[str, str | None, str | None]]:
+    imports: dict[str, ImportedName],
+) -> set[ImportedName]:
     """The ``torch.cuda`` imports whose every use the port replaced."""
     candidates = {
         imports[head]
@@ -1414,7 +1415,7 @@ def _names_used(code: str) -> set[str]:
 class _ImportRemover(cst.CSTTransformer):
     """Drops the given ``(module, object, alias)`` imports; descends into statements only."""
 
-    def __init__(self, dead: set[tuple[str, str | None, str | None]]) -> None:
+    def __init__(self, dead: set[ImportedName]) -> None:
         super().__init__()
         self.dead = dead
 
