@@ -3,9 +3,12 @@
 A rule subclasses :class:`PortingRule`. ``anyaccel check`` walks a file once and calls each
 rule's ``visit_<ast node>`` hooks with the :class:`Scope` it shares (imports, index names,
 findings); rules that judge a dotted name (``torch.cuda.synchronize``) answer
-:meth:`PortingRule.match_name` instead. ``anyaccel port`` calls a portable rule's rewrite (see
-``anyaccel.porting.codemod``). ``VALID`` and ``INVALID`` are the rule's examples, and its tests:
-``tests/porting/test_rule_examples.py`` runs every one through ``check`` and ``port``.
+:meth:`PortingRule.match_name` instead. ``anyaccel port`` walks the libcst tree once and calls
+a rule's ``plan_<libcst node>`` hooks on the way down and its ``rewrite_<libcst node>`` hooks on
+the way up, with the porter (``anyaccel.porting.rewriting.Rewriter``); those hooks import
+libcst themselves, so checking never loads it. ``VALID`` and ``INVALID`` are the rule's
+examples, and its tests: ``tests/porting/test_rule_examples.py`` runs every one through
+``check`` and ``port``.
 """
 
 from __future__ import annotations
@@ -63,8 +66,10 @@ class Scope(Protocol):
 class PortingRule:
     """One kind of hardware-specific code: how it is found, how it is fixed, and examples.
 
-    Hooks are ``visit_<ast node class>(node, scope) -> bool``: ``True`` means the rule dealt
-    with the node, so later rules and the walk below it skip it.
+    Check hooks are ``visit_<ast node class>(node, scope) -> bool``: ``True`` means the rule
+    dealt with the node, so later rules and the walk below it skip it. Port hooks are
+    ``plan_<libcst node class>(node, porter)`` and ``rewrite_<libcst node class>(original,
+    updated, porter)``, which returns the replacement or ``None`` (not this rule's).
     """
 
     code: ClassVar[str]
@@ -73,6 +78,9 @@ class PortingRule:
     suggestion: ClassVar[str]  # ``{attr}``: the part of the fix that depends on the code
     #: Whether ``anyaccel port`` rewrites it (in the common forms; see docs/porting.md).
     portable: ClassVar[bool]
+    #: Whether ``port`` puts a statement that only does this under
+    #: ``if get_accelerator().device_name() == "cuda":`` (it configures CUDA, harmless to skip).
+    guarded: ClassVar[bool] = False
     #: Whether :meth:`match_name` is asked last (the names no other rule claims).
     catch_all: ClassVar[bool] = False
     #: Code the rule must not report.

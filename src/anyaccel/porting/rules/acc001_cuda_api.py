@@ -10,8 +10,14 @@ import ast
 import functools
 import importlib.util
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from anyaccel.porting.rule import Invalid, PortingRule
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from anyaccel.porting.rewriting import Rewriter
 
 __all__ = [
     "CUDA_ALIASES",
@@ -112,6 +118,38 @@ class ContractApi(PortingRule):
             return None
         return member
 
+    def plan_Call(self, node: cst.Call, porter: Rewriter) -> None:
+        qualified = porter.qualified(node.func)
+        if (
+            qualified is not None
+            and self.match_name(qualified) is not None
+            and any(a.keyword is not None and a.keyword.value == "device" for a in node.args)
+        ):
+            porter.claim(node.func)  # device= may be a torch.device: leave it to the user
+
+    def rewrite_Attribute(
+        self, original: cst.Attribute, updated: cst.Attribute, porter: Rewriter
+    ) -> cst.BaseExpression | None:
+        return self._member(original, porter)
+
+    def rewrite_Name(
+        self, original: cst.Name, updated: cst.Name, porter: Rewriter
+    ) -> cst.BaseExpression | None:
+        return self._member(original, porter)
+
+    def _member(self, original: cst.Name | cst.Attribute, porter: Rewriter) -> cst.Attribute | None:
+        """``torch.cuda.x`` -> ``get_accelerator().x`` (the exact name, not a deeper one)."""
+        from anyaccel.porting.rewriting import accelerator_attr
+
+        qualified = porter.qualified(original)
+        attr = self.match_name(qualified) if qualified is not None else None
+        if attr is None or qualified is None or not qualified.endswith(f".{attr}"):
+            return None
+        if attr.endswith("Tensor"):
+            return None  # a tensor type used as a type
+        porter.rewrote(original)
+        return accelerator_attr(attr)
+
 
 class CudaOnlyApi(PortingRule):
     """Any other ``torch.cuda`` name, or the module itself: no agnostic equivalent."""
@@ -121,6 +159,7 @@ class CudaOnlyApi(PortingRule):
     message = "`{name}` is CUDA-only and has no accelerator-agnostic equivalent"
     suggestion = "guard it with `get_accelerator().device_name() == 'cuda'` or drop it"
     portable = False
+    guarded = True
     #: Matched last: the ``torch.cuda`` names no other rule claims.
     catch_all = True
     VALID = (
@@ -173,6 +212,18 @@ class CurrentDevice(PortingRule):
         rest = _cuda_member(qualified)
         return "" if rest is not None and rest.split(".")[0] == "current_device" else None
 
+    def rewrite_Call(
+        self, original: cst.Call, updated: cst.Call, porter: Rewriter
+    ) -> cst.BaseExpression | None:
+        """An index where one is used, the device's name where a device is passed."""
+        from anyaccel.porting.rewriting import accelerator
+
+        if porter.qualified(original.func) != "torch.cuda.current_device" or original.args:
+            return None
+        porter.rewrote(original.func)
+        as_device = porter.is_device_position(original)
+        return accelerator("current_device_name" if as_device else "current_device")
+
 
 class DefaultGenerators(PortingRule):
     """``torch.cuda.default_generators[i]``: the contract's ``default_generator(i)``."""
@@ -194,3 +245,18 @@ class DefaultGenerators(PortingRule):
     def match_name(self, qualified: str) -> str | None:
         rest = _cuda_member(qualified)
         return "" if rest is not None and rest.split(".")[0] == "default_generators" else None
+
+    def rewrite_Subscript(
+        self, original: cst.Subscript, updated: cst.Subscript, porter: Rewriter
+    ) -> cst.BaseExpression | None:
+        import libcst as cst
+
+        from anyaccel.porting.rewriting import accelerator
+
+        if porter.qualified(original.value) != "torch.cuda.default_generators":
+            return None
+        (element,) = original.slice if len(original.slice) == 1 else (None,)
+        if element is None or not isinstance(element.slice, cst.Index):
+            return None
+        porter.rewrote(original.value)
+        return accelerator("default_generator", cst.Arg(element.slice.value))

@@ -17,6 +17,7 @@ class BackendFlag(PortingRule):
     message = "`{name}` tunes the CUDA/cuDNN backend only and does nothing elsewhere"
     suggestion = "set it only when get_accelerator().device_name() == 'cuda'"
     portable = False
+    guarded = True
     VALID = (
         "if get_accelerator().device_name() == 'cuda':\n"
         "    torch.backends.cudnn.benchmark = True\n",

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import TYPE_CHECKING
 
 from anyaccel.porting.analysis import is_cuda_fstring, runtime_device_index
 from anyaccel.porting.rule import Invalid, PortingRule, Scope
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from anyaccel.porting.rewriting import Rewriter
 
 __all__ = ["DEVICE_STRING", "CudaVisibleDevices", "DeviceString", "NcclBackend"]
 
@@ -85,6 +91,84 @@ class DeviceString(PortingRule):
             scope.report(node, self.code, "'cuda:{}'.format(...)")
         return False
 
+    def rewrite_SimpleString(
+        self, original: cst.SimpleString, updated: cst.SimpleString, porter: Rewriter
+    ) -> cst.BaseExpression | None:
+        import libcst as cst
+
+        from anyaccel.porting.rewriting import accelerator
+
+        value = original.evaluated_value
+        match = DEVICE_STRING.fullmatch(value) if isinstance(value, str) else None
+        if match is None:
+            return None
+        porter.rewrote()
+        if match.group(1) is None:
+            return accelerator("device_name")
+        return accelerator("device_name", cst.Arg(cst.Integer(match.group(1))))
+
+    def rewrite_FormattedString(
+        self, original: cst.FormattedString, updated: cst.FormattedString, porter: Rewriter
+    ) -> cst.BaseExpression | None:
+        import libcst as cst
+
+        from anyaccel.porting.rewriting import accelerator
+
+        parts = updated.parts
+        if (
+            len(parts) != 2
+            or not isinstance(parts[0], cst.FormattedStringText)
+            or parts[0].value != "cuda:"
+            or not isinstance(parts[1], cst.FormattedStringExpression)
+            or parts[1].format_spec is not None
+            or parts[1].conversion is not None
+        ):
+            return None
+        porter.rewrote()
+        return accelerator("device_name", cst.Arg(parts[1].expression))
+
+    def rewrite_Call(
+        self, original: cst.Call, updated: cst.Call, porter: Rewriter
+    ) -> cst.BaseExpression | None:
+        import libcst as cst
+
+        if isinstance(original.func, cst.Attribute) and original.func.attr.value == "format":
+            return self._runtime_string(original, updated, porter)
+        return None
+
+    def rewrite_BinaryOperation(
+        self, original: cst.BinaryOperation, updated: cst.BinaryOperation, porter: Rewriter
+    ) -> cst.BaseExpression | None:
+        return self._runtime_string(original, updated, porter)
+
+    @staticmethod
+    def _runtime_string(
+        original: cst.BaseExpression, updated: cst.BaseExpression, porter: Rewriter
+    ) -> cst.BaseExpression | None:
+        """``"cuda:{}".format(i)``, ``"cuda:%d" % i``, ``"cuda:" + str(i)``: ``device_name(i)``."""
+        import libcst as cst
+
+        from anyaccel.porting.rewriting import accelerator, as_ast
+
+        tree = as_ast(original)
+        if tree is None or runtime_device_index(tree) is None:
+            return None
+        index: cst.BaseExpression
+        if isinstance(updated, cst.Call):
+            index = updated.args[0].value
+        elif isinstance(updated, cst.BinaryOperation):
+            right = updated.right
+            if isinstance(right, cst.Tuple):
+                index = right.elements[0].value
+            elif isinstance(right, cst.Call) and isinstance(updated.operator, cst.Add):
+                index = right.args[0].value
+            else:
+                index = right
+        else:  # pragma: no cover - runtime_device_index knows no other form
+            return None
+        porter.rewrote()
+        return accelerator("device_name", cst.Arg(index))
+
 
 class NcclBackend(PortingRule):
     """``'nccl'``: the accelerator's communication backend."""
@@ -108,6 +192,16 @@ class NcclBackend(PortingRule):
             scope.report(node, self.code, "'nccl'")
             return True
         return False
+
+    def rewrite_SimpleString(
+        self, original: cst.SimpleString, updated: cst.SimpleString, porter: Rewriter
+    ) -> cst.BaseExpression | None:
+        from anyaccel.porting.rewriting import accelerator
+
+        if original.evaluated_value != "nccl":
+            return None
+        porter.rewrote()
+        return accelerator("communication_backend_name")
 
 
 class CudaVisibleDevices(PortingRule):

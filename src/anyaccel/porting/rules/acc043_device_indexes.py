@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import TYPE_CHECKING
 
 from anyaccel.porting.analysis import is_index, keyword_value, last_name, object_method
 from anyaccel.porting.rule import Invalid, PortingRule, Scope
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from anyaccel.porting.rewriting import Rewriter
 
 __all__ = [
     "DEVICE_COUNTS",
@@ -25,6 +31,8 @@ PROCESS_COUNT_NAME = re.compile(
 )
 #: Keyword arguments that take a process count (``mp.spawn(main, nprocs=...)``).
 PROCESS_COUNT_KEYWORDS = frozenset({"nprocs", "nproc", "nproc_per_node", "world_size"})
+#: FSDP's wrapper, whose ``device_id=`` is read as ``torch.device(index)``.
+_FSDP = "FullyShardedDataParallel"
 #: The device counts that read as a process count in those places.
 DEVICE_COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
 
@@ -79,7 +87,7 @@ class IntDeviceOrdinal(PortingRule):
             self._index_as_device(node.args[0], scope)
         elif qualified is not None and qualified.startswith("torch."):
             self._index_as_device(keyword_value(node, "device"), scope)
-        if qualified is not None and qualified.rsplit(".", 1)[-1] == "FullyShardedDataParallel":
+        if qualified is not None and qualified.rsplit(".", 1)[-1] == _FSDP:
             self._index_as_device(keyword_value(node, "device_id"), scope)  # as torch.device
         return False
 
@@ -92,6 +100,50 @@ class IntDeviceOrdinal(PortingRule):
         if found and value is not None:
             text = ast.unparse(value)
             scope.report(value, self.code, text, text)
+
+    def rewrite_Call(
+        self, original: cst.Call, updated: cst.Call, porter: Rewriter
+    ) -> cst.BaseExpression | None:
+        """An index passed where a device goes: ``get_accelerator().device_name(i)``."""
+        from anyaccel.porting.rewriting import called_method
+
+        qualified = porter.qualified(original.func)
+        if qualified is not None and qualified.rsplit(".", 1)[-1] == _FSDP:
+            indexed = self._index_argument(updated, porter, positional=False, name="device_id")
+            return indexed if indexed is not updated else None
+        if qualified is not None and qualified.startswith("torch."):
+            one = qualified == "torch.device" and len(original.args) == 1
+            indexed = self._index_argument(updated, porter, positional=one)
+            if indexed is not updated:
+                return indexed
+        if called_method(original, updated, porter) == "to":
+            return self._index_argument(updated, porter, positional=True)
+        return None
+
+    @staticmethod
+    def _index_argument(
+        call: cst.Call, porter: Rewriter, *, positional: bool, name: str = "device"
+    ) -> cst.Call:
+        """``call`` with its device argument (first or ``name=``) wrapped in ``device_name``."""
+        import libcst as cst
+
+        from anyaccel.porting.rewriting import accelerator, as_ast
+
+        args = list(call.args)
+        for position, arg in enumerate(args):
+            first = positional and position == 0 and arg.keyword is None and not arg.star
+            if first or (arg.keyword is not None and arg.keyword.value == name):
+                tree = as_ast(arg.value)
+                if tree is None:
+                    return call
+                names = None if isinstance(tree, ast.Constant | ast.Call) else porter.index_names()
+                if not (is_index(tree) if names is None else is_index(tree, names)):
+                    return call
+                porter.rewrote()
+                value = accelerator("device_name", cst.Arg(arg.value))
+                args[position] = arg.with_changes(value=value)
+                return call.with_changes(args=args)
+        return call
 
 
 class DdpDeviceIds(PortingRule):
@@ -143,6 +195,49 @@ class DdpDeviceIds(PortingRule):
         fix = f"output_device=anyaccel.distributed.ddp_output_device({ast.unparse(output)})"
         scope.report(output, self.code, "output_device", fix)
         return False
+
+    def rewrite_Call(
+        self, original: cst.Call, updated: cst.Call, porter: Rewriter
+    ) -> cst.BaseExpression | None:
+        """DDP's ``device_ids=[i]`` and ``output_device=x`` through the placement helpers.
+
+        DDP's own arguments (positions 1 and 2, or by keyword); a list of several devices is
+        left to the user.
+        """
+        import libcst as cst
+
+        from anyaccel.porting.rewriting import last_name as cst_last_name
+
+        qualified = porter.qualified(original.func)
+        if qualified is None or qualified.rsplit(".", 1)[-1] != "DistributedDataParallel":
+            return None
+        args = list(updated.args)
+        for position, arg in enumerate(args):
+            name = arg.keyword.value if arg.keyword is not None else None
+            if arg.star or (name is None and position not in (1, 2)):
+                continue
+            if name == "device_ids" or (name is None and position == 1):
+                value = arg.value
+                if not isinstance(value, cst.List | cst.Tuple) or len(value.elements) != 1:
+                    continue
+                element = value.elements[0]
+                if isinstance(element, cst.StarredElement):
+                    continue
+                helper, inner = "ddp_device_ids", element.value
+            elif name == "output_device" or (name is None and position == 2):
+                inner = arg.value
+                if (isinstance(inner, cst.Name) and inner.value == "None") or (
+                    isinstance(inner, cst.Call) and cst_last_name(inner.func) == "ddp_output_device"
+                ):
+                    continue
+                helper = "ddp_output_device"
+            else:
+                continue
+            porter.rewrote()
+            porter.needs(helper)
+            wrapped = cst.Call(func=cst.Name(helper), args=[cst.Arg(inner)])
+            args[position] = arg.with_changes(value=wrapped)
+        return updated.with_changes(args=args)
 
 
 def counts_processes(target: ast.expr) -> bool:
@@ -220,3 +315,37 @@ class DeviceCountAsProcessCount(PortingRule):
             return False
         scope.report(node, self.code, f"{scope.qualified_name(node)}()")
         return True
+
+    def plan_Assign(self, node: cst.Assign, porter: Rewriter) -> None:
+        from anyaccel.porting.rewriting import last_name as cst_last_name
+
+        names = [cst_last_name(t.target) for t in node.targets]
+        if all(n is not None and PROCESS_COUNT_NAME.search(n) for n in names):
+            porter.mark(self.code, id(node.value))
+
+    def plan_AnnAssign(self, node: cst.AnnAssign, porter: Rewriter) -> None:
+        from anyaccel.porting.rewriting import last_name as cst_last_name
+
+        name = cst_last_name(node.target)
+        if node.value is not None and name is not None and PROCESS_COUNT_NAME.search(name):
+            porter.mark(self.code, id(node.value))
+
+    def plan_Call(self, node: cst.Call, porter: Rewriter) -> None:
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value in PROCESS_COUNT_KEYWORDS:
+                porter.mark(self.code, id(arg.value))
+
+    def rewrite_Call(
+        self, original: cst.Call, updated: cst.Call, porter: Rewriter
+    ) -> cst.BaseExpression | None:
+        import libcst as cst
+
+        if (
+            porter.qualified(original.func) not in DEVICE_COUNTS
+            or not porter.is_marked(self.code, id(original))
+            or original.args
+        ):
+            return None
+        porter.rewrote(original.func)
+        porter.needs("local_process_count")
+        return cst.Call(func=cst.Name("local_process_count"))

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import ast
+from typing import TYPE_CHECKING
 
 from anyaccel.porting.analysis import is_lightning_entry, keyword_value
 from anyaccel.porting.rule import Invalid, PortingRule, Scope
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from anyaccel.porting.rewriting import Rewriter
 
 __all__ = ["LightningCudaAccelerator"]
 
@@ -39,3 +45,10 @@ class LightningCudaAccelerator(PortingRule):
             scope.report(chosen, self.code, f"accelerator={chosen.value!r}")
             scope.claim(chosen)  # Lightning's name, not a device string
         return False
+
+    def plan_Call(self, node: cst.Call, porter: Rewriter) -> None:
+        """Lightning's ``accelerator="cuda"`` is its name, not a device string to port."""
+        if is_lightning_entry(porter.qualified(node.func)):
+            for arg in node.args:
+                if arg.keyword is not None and arg.keyword.value == "accelerator":
+                    porter.claim(arg.value)

@@ -3,7 +3,14 @@ own device-agnostic API, which finds no accelerator on a CPU host and is missing
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from anyaccel.porting.rule import Invalid, PortingRule
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from anyaccel.porting.rewriting import Rewriter
 
 __all__ = ["ACCELERATOR_PORTS", "DefaultBackendForDevice", "TorchAcceleratorApi"]
 
@@ -17,6 +24,7 @@ ACCELERATOR_PORTS: dict[str, str] = {
     "current_device_idx": "current_device",
     "synchronize": "synchronize",
 }
+_CURRENT_ACCELERATOR = "torch.accelerator.current_accelerator"
 
 
 class TorchAcceleratorApi(PortingRule):
@@ -60,6 +68,27 @@ class TorchAcceleratorApi(PortingRule):
             return f"get_accelerator().{ACCELERATOR_PORTS[member]}()"
         return "port it by hand to get_accelerator()'s contract (docs/porting.md)"
 
+    def rewrite_Call(
+        self, original: cst.Call, updated: cst.Call, porter: Rewriter
+    ) -> cst.BaseExpression | None:
+        import libcst as cst
+
+        from anyaccel.porting.rewriting import accelerator, plain
+
+        qualified = porter.qualified(original.func) or ""
+        if qualified == _CURRENT_ACCELERATOR and not original.args:
+            porter.rewrote()
+            porter.needs("torch")
+            return cst.parse_expression("torch.device(get_accelerator().device_name())")
+        prefix, _, member = qualified.rpartition(".")
+        method = ACCELERATOR_PORTS.get(member) if prefix == "torch.accelerator" else None
+        if method is None or any(a.star for a in original.args):
+            return None
+        if method in ("is_available", "device_count", "current_device") and original.args:
+            return None  # torch's optional device-type argument: left for the user
+        porter.rewrote()
+        return accelerator(method, *(plain(a) for a in updated.args))
+
 
 class DefaultBackendForDevice(PortingRule):
     """``get_default_backend_for_device(acc)``: the accelerator's communication backend."""
@@ -82,3 +111,40 @@ class DefaultBackendForDevice(PortingRule):
 
     def match_name(self, qualified: str) -> str | None:
         return "" if qualified == "torch.distributed.get_default_backend_for_device" else None
+
+    def plan_Assign(self, node: cst.Assign, porter: Rewriter) -> None:
+        """``acc = torch.accelerator.current_accelerator()``: ``acc`` names the accelerator."""
+        import libcst as cst
+
+        if (
+            len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and isinstance(node.value, cst.Call)
+            and porter.qualified(node.value.func) == _CURRENT_ACCELERATOR
+        ):
+            porter.mark(self.code, node.targets[0].target.value)
+
+    def rewrite_Call(
+        self, original: cst.Call, updated: cst.Call, porter: Rewriter
+    ) -> cst.BaseExpression | None:
+        import libcst as cst
+
+        from anyaccel.porting.rewriting import accelerator
+
+        if porter.qualified(original.func) != "torch.distributed.get_default_backend_for_device":
+            return None
+        if len(original.args) != 1:
+            return None
+        value = original.args[0].value
+        if isinstance(value, cst.Name):
+            current = porter.is_marked(self.code, value.value)
+        else:
+            current = (
+                isinstance(value, cst.Call)
+                and not value.args
+                and porter.qualified(value.func) == _CURRENT_ACCELERATOR
+            )
+        if not current:
+            return None
+        porter.rewrote()
+        return accelerator("communication_backend_name")
