@@ -26,11 +26,36 @@ def test_every_rule_has_valid_and_invalid_examples(unit: PortingRule) -> None:
     assert all(isinstance(example, Invalid) for example in unit.INVALID), unit.code
 
 
-@pytest.mark.parametrize("unit", UNITS, ids=_id)
-def test_a_portable_rule_shows_a_port_and_an_unportable_one_shows_none(unit: PortingRule) -> None:
+@pytest.mark.parametrize("unit", [u for u in UNITS if u.portable], ids=_id)
+def test_a_portable_rule_shows_its_port(unit: PortingRule) -> None:
     ported = [example.ported for example in unit.INVALID if example.ported is not None]
-    if unit.portable:
-        assert ported, f"{unit.code} is portable but no INVALID example shows the port"
+    assert ported, f"{unit.code} is portable but no INVALID example shows the port"
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=_id)
+def test_every_hook_of_a_rule_is_one_the_walks_call(unit: PortingRule) -> None:
+    """A misspelt hook (``visit_Cal``) would never run: each must name a kind the walks know."""
+    pytest.importorskip("libcst")
+    from anyaccel.porting import checker, porter
+
+    known = {
+        "visit": set(checker._HOOKS),
+        "plan": set(porter._PLANS),
+        "rewrite": set(porter._REWRITES),
+    }
+    for attribute in dir(unit):
+        prefix, _, kind = attribute.partition("_")
+        if prefix in known and kind and not kind.startswith("_"):
+            assert kind in known[prefix], f"{unit.code}.{attribute} is never called"
+
+
+def test_every_rule_that_rewrites_calls_has_a_place_in_the_call_order() -> None:
+    pytest.importorskip("libcst")
+    from anyaccel.porting import porter
+
+    rewriting = {unit.code for unit in UNITS if hasattr(unit, "rewrite_Call")}
+    assert set(porter._CALL_ORDER) == rewriting
+    assert len(porter._CALL_ORDER) == len(rewriting)
 
 
 @pytest.mark.parametrize(("unit", "source"), VALID, ids=_id)

@@ -168,6 +168,7 @@ class _Walk(ast.NodeVisitor):
         self.aliases = aliases
         self.found: list[tuple[ast.expr, str, str, str]] = []  # node, code, name, attr
         self._marks: set[tuple[str, int]] = set()
+        self._qualified: dict[int, str | None] = {}
         self._claimed: set[int] = set()
 
     # ------------------------------------------------------------------ the rules' scope
@@ -176,7 +177,10 @@ class _Walk(ast.NodeVisitor):
         return index_names(self.tree)
 
     def qualified_name(self, node: ast.expr) -> str | None:
-        return qualified_name(node, self.aliases)
+        key = id(node)  # several rules ask about the same callee: answer once
+        if key not in self._qualified:
+            self._qualified[key] = qualified_name(node, self.aliases)
+        return self._qualified[key]
 
     def report(self, node: ast.expr, code: str, name: str, attr: str = "") -> None:
         self.found.append((node, code, name, attr))

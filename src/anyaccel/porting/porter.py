@@ -123,6 +123,7 @@ class Porter(cst.CSTTransformer):
         self.helpers: set[str] = set()  # helpers of anyaccel(.distributed) the port wrote
         self.replaced_heads: set[str] = set()  # imported local names we replaced a use of
         self._marks: set[tuple[str, object]] = set()
+        self._qualified: dict[int, str | None] = {}  # by id of a node of the original tree
         self._claimed: set[int] = set()  # ids of nodes a parent's rule decided about
         self._device_positions: set[int] = set()  # ids of argument values used as a device
         self._created_guards: set[int] = set()  # ids of the ``if ... == "cuda":`` we wrote
@@ -132,12 +133,18 @@ class Porter(cst.CSTTransformer):
 
     # ------------------------------------------------------------------ the rules' scope
     def qualified(self, node: cst.CSTNode) -> str | None:
-        name = get_full_name_for_node(node)
-        if name is None or not isinstance(node, cst.Name | cst.Attribute):
+        if not isinstance(node, cst.Name | cst.Attribute):
             return None
-        head, _, rest = name.partition(".")
-        base = self.aliases.get(head, head)
-        return f"{base}.{rest}" if rest else base
+        key = id(node)  # several rules ask about the same callee: answer once
+        if key not in self._qualified:
+            name = get_full_name_for_node(node)
+            if name is None:
+                self._qualified[key] = None
+            else:
+                head, _, rest = name.partition(".")
+                base = self.aliases.get(head, head)
+                self._qualified[key] = f"{base}.{rest}" if rest else base
+        return self._qualified[key]
 
     def rewrote(self, imported: cst.CSTNode | None = None) -> None:
         self.rewrites += 1
@@ -382,8 +389,16 @@ class Porter(cst.CSTTransformer):
 
     def _configures_cuda(self, statement: cst.BaseSmallStatement) -> bool:
         """:func:`configures_cuda` of the statement's source (one analysis for both trees)."""
-        if not isinstance(statement, cst.Expr | cst.Assign | cst.AugAssign):
+        if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+            targets: Sequence[cst.BaseExpression] = [statement.value.func]
+        elif isinstance(statement, cst.Assign):
+            targets = [t.target for t in statement.targets]
+        elif isinstance(statement, cst.AugAssign):
+            targets = [statement.target]
+        else:
             return False
+        if not all(isinstance(t, cst.Attribute) for t in targets):
+            return False  # most statements: no need to read them again
         try:
             (tree,) = ast.parse(cst.Module([]).code_for_node(statement).strip()).body
         except (SyntaxError, ValueError):
