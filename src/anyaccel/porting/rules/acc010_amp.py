@@ -47,6 +47,12 @@ class Autocast(PortingRule):
         "dtype=autocast_dtype(torch.float16), ...)"
     )
     portable = True
+    #: What ``port`` says where it chose autocast's dtype (``{dtype}``: the one it wrote).
+    precision_note = (
+        "autocast runs in autocast_dtype({dtype}) (CUDA's autocast was float16 unless told): "
+        "that dtype where the accelerator computes it (is_fp16_supported()/is_bf16_supported()), "
+        "else the other half type"
+    )
     VALID = ("with torch.autocast(device_type=get_accelerator().device_name()):\n    pass\n",)
     INVALID = (
         Invalid(
@@ -144,6 +150,11 @@ class GradScaler(PortingRule):
         "torch.amp.GradScaler(get_accelerator().device_name(), enabled=grad_scaler_applies(), ...)"
     )
     portable = True
+    #: What ``port`` says where it wrote ``grad_scaler_applies()``.
+    precision_note = (
+        "the GradScaler is enabled only where float16 autocast runs (grad_scaler_applies()); "
+        "bfloat16 needs no loss scaling"
+    )
     VALID = (
         "import torch\ns = torch.amp.GradScaler(get_accelerator().device_name())\n",
         "import torch\ns = torch.amp.GradScaler('cpu')\n",
