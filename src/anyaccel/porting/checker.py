@@ -29,7 +29,7 @@ from anyaccel.porting.analysis import (
     runtime_device_index,
     statement_blocks,
 )
-from anyaccel.porting.rule import PortingRule
+from anyaccel.porting.rule import PortingRule, Scope
 from anyaccel.porting.rules import RULES, classify
 from anyaccel.porting.rules.acc043_device_indexes import (
     DEVICE_COUNTS,
@@ -136,7 +136,7 @@ def parse_ignores(source: str) -> dict[int, frozenset[str] | None]:
 
 
 #: A rule's hook: ``True`` when it dealt with the node (later rules and the walk skip it).
-_Hook = Callable[[ast.AST, "_Walk"], bool]
+_Hook = Callable[[ast.AST, Scope], bool]
 #: The node kinds rules hook into; ``label`` is a string used as a dict key or subscript.
 _HOOKED = ("Assign", "AnnAssign", "Attribute", "Name", "Call", "BinOp", "Constant", "JoinedStr")
 
@@ -234,7 +234,8 @@ class _Walk(ast.NodeVisitor):
 
     def _run(self, kind: str, node: ast.AST) -> bool:
         """Call the hooks for ``kind`` until one deals with ``node``."""
-        return any(hook(node, self) for hook in _HOOKS[kind])
+        scope: Scope = self  # what the rules see (mypy holds the walk to it)
+        return any(hook(node, scope) for hook in _HOOKS[kind])
 
     def visit_Expr(self, node: ast.Expr) -> None:
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):

@@ -16,6 +16,7 @@ import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
 from anyaccel.porting.analysis import NO_NAMES, IndexNames, is_cuda_guard, qualified_name
+from anyaccel.porting.rewriting import Rewriter
 from anyaccel.porting.rule import PortingRule
 from anyaccel.porting.rules import RULES, classify
 
@@ -249,8 +250,9 @@ class Porter(cst.CSTTransformer):
 
     # ------------------------------------------------------------------ planning
     def _plan(self, kind: str, node: cst.CSTNode) -> None:
+        porter: Rewriter = self
         for hook in _PLANS[kind]:
-            hook(node, self)
+            hook(node, porter)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._plan("Assign", node)
@@ -287,8 +289,9 @@ class Porter(cst.CSTTransformer):
         """The first rule's replacement for ``original``, or ``updated`` when none has one."""
         if self._frozen or id(original) in self._claimed:
             return updated
+        porter: Rewriter = self  # what the rules see (mypy holds the porter to it)
         for hook in _REWRITES[kind]:
-            ported = hook(original, updated, self)
+            ported = hook(original, updated, porter)
             if ported is not None:
                 assert isinstance(ported, cst.CSTNode)
                 return ported

@@ -174,6 +174,12 @@ class GradScaler(PortingRule):
         ),
         Invalid("import torch\ns = torch.amp.GradScaler('cuda')\n", _PORTED),
         Invalid("import torch\ns = torch.amp.GradScaler()\n", _PORTED),
+        Invalid(
+            "import torch\ns = torch.amp.GradScaler(enabled=use_amp)\n",
+            "import torch\nfrom anyaccel import get_accelerator, grad_scaler_applies\n\n"
+            "s = torch.amp.GradScaler(get_accelerator().device_name(), "
+            "enabled=grad_scaler_applies() and use_amp)\n",
+        ),
         Invalid("import torch\ns = torch.GradScaler('cuda')\n", _PORTED.replace(".amp.", ".", 1)),
         Invalid(
             'import torch\ns = torch.amp.GradScaler(device="cuda", init_scale=1024)\n',
