@@ -1,0 +1,96 @@
+"""What a porting rule is: one unit with its code, message, detection, rewrite and examples.
+
+A rule subclasses :class:`PortingRule`. ``anyaccel check`` walks a file once and calls each
+rule's ``visit_<ast node>`` hooks with the :class:`Scope` it shares (imports, index names,
+findings); rules that judge a dotted name (``torch.cuda.synchronize``) answer
+:meth:`PortingRule.match_name` instead. ``anyaccel port`` walks the libcst tree once and calls
+a rule's ``plan_<libcst node>`` hooks on the way down and its ``rewrite_<libcst node>`` hooks on
+the way up, with the porter (``anyaccel.porting.rewriting.Rewriter``); those hooks import
+libcst themselves, so checking never loads it. ``VALID`` and ``INVALID`` are the rule's
+examples, and its tests: ``tests/porting/test_rule_examples.py`` runs every one through
+``check`` and ``port``.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import ClassVar, NamedTuple, Protocol
+
+from anyaccel.porting.analysis import IndexNames
+
+__all__ = ["Invalid", "PortingRule", "Scope"]
+
+
+class Invalid(NamedTuple):
+    """Code the rule must report, and (portable rules) what ``port`` must turn it into."""
+
+    code: str
+    #: The whole file after ``anyaccel port``; ``None`` when the rule leaves it to the user.
+    ported: str | None = None
+
+
+class Scope(Protocol):
+    """What ``check`` knows of the file being walked, and where a rule reports."""
+
+    @property
+    def aliases(self) -> dict[str, str]:
+        """Local name -> the dotted name it was imported as."""
+        ...
+
+    @property
+    def index_names(self) -> IndexNames:
+        """The file's names bound only to ints, and those declared as something else."""
+        ...
+
+    def qualified_name(self, node: ast.expr) -> str | None:
+        """``node``'s dotted name with imports resolved, or ``None`` for other expressions."""
+        ...
+
+    def report(self, node: ast.expr, code: str, name: str, attr: str = "") -> None:
+        """A finding of rule ``code`` at ``node``: ``name`` fills its message, ``attr`` its fix."""
+        ...
+
+    def mark(self, code: str, node: ast.AST) -> None:
+        """Remember ``node`` for rule ``code`` (seen from a parent, reported when visited)."""
+        ...
+
+    def is_marked(self, code: str, node: ast.AST) -> bool:
+        """Whether rule ``code`` marked ``node``."""
+        ...
+
+    def claim(self, node: ast.AST) -> None:
+        """``node`` belongs to the reporting rule: no other rule looks at it."""
+        ...
+
+
+class PortingRule:
+    """One kind of hardware-specific code: how it is found, how it is fixed, and examples.
+
+    Check hooks are ``visit_<ast node class>(node, scope) -> bool``: ``True`` means the rule
+    dealt with the node, so later rules and the walk below it skip it. Port hooks are
+    ``plan_<libcst node class>(node, porter)`` and ``rewrite_<libcst node class>(original,
+    updated, porter)``, which returns the replacement or ``None`` (not this rule's).
+    """
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    message: ClassVar[str]  # ``{name}``: what was found
+    suggestion: ClassVar[str]  # ``{attr}``: the part of the fix that depends on the code
+    #: Whether ``anyaccel port`` rewrites it (in the common forms; see docs/porting.md).
+    portable: ClassVar[bool]
+    #: Whether ``port`` puts a statement that only does this under
+    #: ``if get_accelerator().device_name() == "cuda":`` (it configures CUDA, harmless to skip).
+    guarded: ClassVar[bool] = False
+    #: Whether :meth:`match_name` is asked last (the names no other rule claims).
+    catch_all: ClassVar[bool] = False
+    #: Code the rule must not report.
+    VALID: ClassVar[tuple[str, ...]] = ()
+    #: Code the rule must report (and, when portable, the ported file).
+    INVALID: ClassVar[tuple[Invalid, ...]] = ()
+
+    def match_name(self, qualified: str) -> str | None:
+        """For a dotted name like ``torch.cuda.synchronize``: the fix's ``attr`` if it is ours."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<{self.code} {self.name}>"
