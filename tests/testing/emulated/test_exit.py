@@ -84,3 +84,21 @@ def test_a_failing_drain_at_exit_is_silent_and_the_exit_code_stays() -> None:
     )
     assert out.returncode == 3, out.stdout + out.stderr
     assert "drain exploded" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_a_drain_that_never_returns_delays_exit_by_the_timeout_only() -> None:
+    out = run_python(
+        textwrap.dedent(
+            """
+        import sys, threading
+        from anyaccel.testing.emulated import install
+        install(device_count=1)
+        from anyaccel.ops.emulated import shutdown
+        shutdown.DRAIN_TIMEOUT = 0.5
+        shutdown.drain_autograd_threads = lambda *args: threading.Event().wait()  # a stuck thread
+        sys.exit(4)
+        """
+        ),
+        timeout=60,
+    )
+    assert out.returncode == 4, out.stdout + out.stderr

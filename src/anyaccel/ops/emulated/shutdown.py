@@ -8,16 +8,17 @@ reached interpreter shutdown, that GIL request ends the thread inside a C++ dest
 process aborts ("terminate called without an active exception") after the script's work is
 done: measured here in 10 of 52 runs pinned to one core (none of 52 with this hook). The
 same race exists on a GPU. Here an ``atexit`` hook sends each device thread one backward of its
-own and waits for it: a thread that has run it has dropped every earlier graph. The hook's own
-backward goes to torch's engine directly, without the stash (the one private call, with
-``torch.autograd.backward`` and a short pause as its fallback), so its graph holds nothing of
-Python's and its late drop needs no GIL.
+own and waits for it (at most ``DRAIN_TIMEOUT``): a thread that has run it has dropped every
+earlier graph. The hook's own backward goes to torch's engine directly, without the stash (the
+one private call, with ``torch.autograd.backward`` and a short pause as its fallback), so its
+graph holds nothing of Python's and its late drop needs no GIL.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import threading
 import time
 
 __all__ = ["drain_autograd_threads", "register_exit_drain"]
@@ -49,14 +50,27 @@ def drain_autograd_threads(device_type: str, device_count: int) -> None:
                 time.sleep(0.05)  # the GIL goes free: the device thread drops the graph now
 
 
+#: Seconds exit waits for the drain: a device thread stuck in a hung collective never runs it,
+#: and exit then goes on as torch has it instead of hanging.
+DRAIN_TIMEOUT = 10.0
+
+
 def _drain_at_exit(device_type: str, device_count: int) -> None:
     """The ``atexit`` hook (a forked child inherits it), silent on any failure: exit must go on.
 
     In a child forked after the parent ran backward, torch refuses autograd threads: that
-    refusal is the failure swallowed here, and such a child has no device thread to drain.
+    refusal is the failure swallowed here, and such a child has no device thread to drain. The
+    drain runs in a daemon thread, waited for at most ``DRAIN_TIMEOUT`` seconds.
     """
-    with contextlib.suppress(Exception):  # a drain that cannot run leaves exit as torch has it
-        drain_autograd_threads(device_type, device_count)
+
+    def drain() -> None:
+        with contextlib.suppress(Exception):  # a drain that cannot run leaves exit as it was
+            drain_autograd_threads(device_type, device_count)
+
+    with contextlib.suppress(Exception):  # no thread can start: exit goes on without the drain
+        thread = threading.Thread(target=drain, name="anyaccel-emulated-exit-drain", daemon=True)
+        thread.start()
+        thread.join(DRAIN_TIMEOUT)
 
 
 def register_exit_drain(device_type: str, device_count: int) -> None:
