@@ -37,6 +37,22 @@ class WrittenNames(NamedTuple):
     replaced_heads: set[str]
 
 
+def _chunk_importing_from(chunks: Sequence[tuple[ast.stmt, ...]], module: str) -> int | None:
+    """The first chunk with an absolute ``from module import names`` (not ``*``), or ``None``."""
+    return next(
+        (
+            index
+            for index, chunk in enumerate(chunks)
+            for statement in chunk
+            if isinstance(statement, ast.ImportFrom)
+            and statement.module == module
+            and not statement.level
+            and statement.names[0].name != "*"
+        ),
+        None,
+    )
+
+
 def fix_imports(
     texts: list[str],
     chunks: Sequence[tuple[ast.stmt, ...]],
@@ -69,18 +85,7 @@ def fix_imports(
     ]
     top = [n for n in wanted_helpers if _HELPER_MODULES.get(n) == "anyaccel"]
     if helpers:
-        existing_helpers = next(
-            (
-                index
-                for index, chunk in enumerate(chunks)
-                for statement in chunk
-                if isinstance(statement, ast.ImportFrom)
-                and statement.module == _HELPERS_MODULE
-                and not statement.level
-                and statement.names[0].name != "*"
-            ),
-            None,
-        )
+        existing_helpers = _chunk_importing_from(chunks, _HELPERS_MODULE)
         if existing_helpers is not None:
             for name in helpers:
                 edit(existing_helpers, functools.partial(_add_helper, name=name))
@@ -88,18 +93,7 @@ def fix_imports(
             wanted.append(f"from {_HELPERS_MODULE} import {', '.join(helpers)}")
     from_anyaccel = ([] if "get_accelerator" in aliases else ["get_accelerator"]) + top
     if from_anyaccel:  # a DeepSpeed-style import of get_accelerator is kept
-        existing = next(
-            (
-                index
-                for index, chunk in enumerate(chunks)
-                for statement in chunk
-                if isinstance(statement, ast.ImportFrom)
-                and statement.module == "anyaccel"
-                and not statement.level
-                and statement.names[0].name != "*"
-            ),
-            None,
-        )
+        existing = _chunk_importing_from(chunks, "anyaccel")
         if existing is not None:
             for name in from_anyaccel:
                 edit(existing, functools.partial(_add_from_anyaccel, name=name))
