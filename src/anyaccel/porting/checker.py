@@ -232,7 +232,7 @@ class _Walk(ast.NodeVisitor):
             for block in blocks:
                 self.scan(block)
 
-    def _run(self, kind: str, node: ast.AST) -> bool:
+    def _dispatch(self, kind: str, node: ast.AST) -> bool:
         """Call the hooks for ``kind`` until one deals with ``node``."""
         scope: Scope = self  # what the rules see (mypy holds the walk to it)
         return any(hook(node, scope) for hook in _HOOKS[kind])
@@ -243,11 +243,11 @@ class _Walk(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Assign(self, node: ast.Assign) -> None:
-        self._run("Assign", node)
+        self._dispatch("Assign", node)
         self.generic_visit(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
-        self._run("AnnAssign", node)
+        self._dispatch("AnnAssign", node)
         self.generic_visit(node)
 
     def _named(self, node: ast.expr, qualified: str | None) -> bool:
@@ -258,32 +258,32 @@ class _Walk(ast.NodeVisitor):
         return kind is not None
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if self._run("Attribute", node) or self._named(node, self.qualified_name(node)):
+        if self._dispatch("Attribute", node) or self._named(node, self.qualified_name(node)):
             return
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
-        if self._run("Name", node):
+        if self._dispatch("Name", node):
             return
         qualified = self.aliases.get(node.id)
         if qualified is not None and qualified != node.id:
             self._named(node, qualified)
 
     def visit_Call(self, node: ast.Call) -> None:
-        self._run("Call", node)
+        self._dispatch("Call", node)
         self.generic_visit(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
-        if not self._run("BinOp", node):
+        if not self._dispatch("BinOp", node):
             self.generic_visit(node)
 
     def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
-        if not self._run("JoinedStr", node):
+        if not self._dispatch("JoinedStr", node):
             self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and id(node) not in self._claimed:
-            self._run("Constant", node)
+            self._dispatch("Constant", node)
 
     def visit_Dict(self, node: ast.Dict) -> None:
         for key in node.keys:  # {"cuda": ...} is a label, not a device
@@ -304,7 +304,7 @@ class _Walk(ast.NodeVisitor):
         if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
             self.visit(node)
         else:
-            self._run("label", node)
+            self._dispatch("label", node)
 
 
 def triggering_imports(aliases: dict[str, str]) -> list[str]:
