@@ -34,15 +34,15 @@ def drain_autograd_threads(device_type: str, device_count: int) -> None:
     """Run one backward on each device's autograd thread and wait for it (see the module)."""
     import torch
 
+    run_backward = getattr(
+        getattr(torch.autograd.Variable, "_execution_engine", None), "run_backward", None
+    )
     with torch.inference_mode(False), torch.enable_grad():
         for index in range(device_count):
             leaf = torch.zeros((), device=torch.device(device_type, index), requires_grad=True)
             output = leaf * 2
             gradient = torch.ones_like(output)
             _kept.extend((leaf, output, gradient))
-            run_backward = getattr(
-                getattr(torch.autograd.Variable, "_execution_engine", None), "run_backward", None
-            )
             if callable(run_backward):  # (tensors, grads, keep, create, inputs, unreachable, acc)
                 run_backward((output,), (gradient,), False, False, (), True, True)
             else:  # a torch without the engine's entry point: the stashing path, then a pause
