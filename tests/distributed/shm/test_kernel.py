@@ -111,8 +111,8 @@ def test_two_rank_bf16_is_exact_on_every_bit_pattern(
     shm: ModuleType, code: int, combine: Callable[..., torch.Tensor], rank_pair: tuple[int, int]
 ) -> None:
     """Every bf16 bit pattern (zeros, subnormals, infinities, NaNs, rounding ties) against a
-    shuffled partner, with a ragged tail: the vector pass and the scalar loop agree bit for bit,
-    and both ranks get the same bits (rank order: rank 0's value comes first)."""
+    shuffled partner, with a ragged tail: torch's scalar rounding bit for bit, and the same bits
+    on both ranks though each reduces from its own tensor (rank 0's value comes first)."""
     every = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16)
     partner = every[torch.randperm(1 << 16, generator=torch.Generator().manual_seed(3))]
     pair = [every.view(torch.bfloat16), partner.view(torch.bfloat16)]

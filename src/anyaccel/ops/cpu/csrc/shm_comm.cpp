@@ -238,52 +238,12 @@ void reduce_mean(char* out, const std::vector<const char*>& slots, int64_t begin
   }
 }
 
-#if defined(__AVX512BW__)
-// fp32 -> bf16 as float_to_bf16 rounds (nearest even, NaN -> 0x7FC0), 16 lanes, the result in
-// each lane's low half.
-inline __m512i round_to_bf16(__m512 value) {
-  const __m512i bits = _mm512_castps_si512(value);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i rounded =
-      _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
-  return _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(value, value, _CMP_UNORD_Q),
-                               _mm512_set1_epi32(0x7FC0));
-}
-
-// Two ranks' bf16 SUM or PRODUCT, 32 elements a step: widened by interleaving with zeros (each
-// bf16 becomes its fp32's upper half) and narrowed by one saturating pack, which restores the
-// order the interleave took apart. Bit-equal to the scalar loop; a quarter faster in cache.
-// Returns how many elements it did (the rest go to the scalar loop).
-template <Op kOp>
-int64_t reduce_bf16_pair(uint16_t* out, const uint16_t* s0, const uint16_t* s1, int64_t begin,
-                         int64_t end) {
-  const __m512i zero = _mm512_setzero_si512();
-  int64_t i = begin;
-  for (; i + 32 <= end; i += 32) {
-    const __m512i a = _mm512_loadu_si512(s0 + i);
-    const __m512i b = _mm512_loadu_si512(s1 + i);
-    const __m512 alo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, a));
-    const __m512 blo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, b));
-    const __m512 ahi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, a));
-    const __m512 bhi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, b));
-    const __m512 lo = kOp == Op::kSum ? _mm512_add_ps(alo, blo) : _mm512_mul_ps(alo, blo);
-    const __m512 hi = kOp == Op::kSum ? _mm512_add_ps(ahi, bhi) : _mm512_mul_ps(ahi, bhi);
-    _mm512_storeu_si512(out + i, _mm512_packus_epi32(round_to_bf16(lo), round_to_bf16(hi)));
-  }
-  return i - begin;
-}
-#endif
-
 template <Op kOp, DType kType>
 void reduce_half(uint16_t* out, const std::vector<const char*>& slots, int64_t begin,
                  int64_t end) {
   if (slots.size() == 2) {  // two ranks: one fused pass (no float block), a third fewer stores
     const uint16_t* s0 = reinterpret_cast<const uint16_t*>(slots[0]);
     const uint16_t* s1 = reinterpret_cast<const uint16_t*>(slots[1]);
-#if defined(__AVX512BW__)
-    if constexpr (kType == DType::kBFloat16 && (kOp == Op::kSum || kOp == Op::kProduct))
-      begin += reduce_bf16_pair<kOp>(out, s0, s1, begin, end);
-#endif
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i)
       out[i] = kType == DType::kBFloat16
