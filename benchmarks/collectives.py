@@ -14,6 +14,10 @@ ranks), every contender interleaved round by round so that load changes hit all 
    gloo/ours (above 1: ours is faster) and ours/floor.
 2. The other collectives (fp32, ``--sizes`` MiB) against gloo, and a DDP training step.
 
+``--breakdown`` adds, after part 1, where a small all_reduce's time goes: the same call entered
+at each layer of torch's path (``dist.all_reduce``'s Python wrapper, the ProcessGroup's dispatch,
+anyaccel's c10d Backend, the kernel itself) beside DeepSpeed's op, up to 1 MiB.
+
 DeepSpeed's op is set up as DeepSpeed's ``TorchBackend`` does: build the op before the process
 group, then ``initialize(world_size, rank)``. Its ``initialize`` uses shared memory only when
 ``LOCAL_SIZE`` (set by DeepSpeed's own launcher, not by torchrun) equals the world size;
@@ -22,9 +26,10 @@ workspace: the process dies with SIGSEGV. So this script sets ``LOCAL_SIZE``.
 
 ``--load N`` starts N busy processes for the whole run (the regime of a shared machine).
 Run: ``python benchmarks/collectives.py [--ranks 2] [--rounds 7] [--sizes 1,64] [--load N]
-[--quick] [--all-reduce-only] [--spec S]`` (spawns the ranks itself). With DeepSpeed: run it
-with an interpreter that has DeepSpeed (``$ANYACCEL_DEEPSPEED_PYTHON benchmarks/collectives.py``,
-with ``PYTHONPATH=src``). ``--quick``: 16 KiB and 1 MiB, 3 rounds, part 1 only.
+[--quick] [--all-reduce-only] [--breakdown] [--spec S]`` (spawns the ranks itself). With
+DeepSpeed: run it with an interpreter that has DeepSpeed
+(``$ANYACCEL_DEEPSPEED_PYTHON benchmarks/collectives.py``, with ``PYTHONPATH=src``).
+``--quick``: 16 KiB and 1 MiB, 3 rounds, part 1 only.
 ``--spec cpu:anyaccel_shm,cuda:gloo`` runs the default group beside another device's backend.
 """
 
@@ -256,6 +261,73 @@ def side_by_side(sizes: tuple[int, ...], rounds: int, gloo: Any, deepspeed: Any,
             print(f"note: {note}")
 
 
+BREAKDOWN_HEADER = (
+    "| dtype | size | dist.all_reduce us | ProcessGroup.allreduce us | Backend.allreduce us | "
+    "kernel us | DeepSpeed us |"
+)
+
+
+def layer_contenders(tensor: torch.Tensor, deepspeed: bool) -> dict[str, Call | None]:
+    """One all_reduce SUM of ``tensor`` entered at each layer of torch's path down to our kernel
+    (None where this group has no such layer), and DeepSpeed's op as its callers call it."""
+    from anyaccel.distributed.shm.backend import shm_process_group
+    from anyaccel.distributed.shm.collectives import DTYPE_CODES
+
+    group = dist.group.WORLD
+    opts = dist.AllreduceOptions()
+    backend = group._get_backend(torch.device("cpu"))
+    shm = shm_process_group(group)
+    communicator = shm.shm.communicator if shm is not None else None
+    address, numel = tensor.data_ptr(), tensor.numel()
+    code = DTYPE_CODES[tensor.dtype]
+    timeout, threads = (shm.shm.timeout, shm.shm.threads) if shm is not None else (0.0, 1)
+    kernel: Call | None = None
+    if communicator is not None:
+        kernel = lambda _: communicator.all_reduce(address, numel, code, 0, timeout, threads)  # noqa: E731
+    op = torch.ops.deepspeed.inference_all_reduce_ if deepspeed else None
+    return {
+        "dist": lambda _: dist.all_reduce(tensor),
+        "group": lambda _: group.allreduce([tensor], opts).wait(),
+        "backend": (lambda _: backend.allreduce([tensor], opts).wait())
+        if type(backend).__name__ == "ShmBackend"
+        else None,
+        "kernel": kernel,
+        "deepspeed": (lambda _: op(tensor)) if op is not None else None,
+    }
+
+
+def breakdown(sizes: tuple[int, ...], rounds: int, gloo: Any, deepspeed: Any) -> None:
+    """``--breakdown``: where a small all_reduce's time goes. The same call entered at each layer
+    (torch's ``dist.all_reduce`` wrapper, the ProcessGroup's dispatch, our c10d Backend, the
+    kernel itself), interleaved with DeepSpeed's op; the differences are each layer's cost."""
+    rank = dist.get_rank()
+    level = int(deepspeed.vector_kernel_level()) if deepspeed is not None else 0
+    if rank == 0:
+        print("\n## where an all_reduce's time goes: median (best) us per call, the slower rank's")
+        print(BREAKDOWN_HEADER)
+        print("|---|---|---:|---:|---:|---:|---:|", flush=True)
+    for dtype in (torch.float32, torch.bfloat16):
+        ds_ok = deepspeed is not None and level >= (1 if dtype == torch.float32 else 2)
+        for nbytes in (n for n in sizes if n <= 1 << 20):
+            tensor = torch.zeros(
+                nbytes // torch.tensor([], dtype=dtype).element_size(), dtype=dtype
+            )
+            layers = layer_contenders(tensor, ds_ok)
+            calls = max(2, min(400, (8 << 20) // nbytes))
+            samples: dict[str, list[float]] = {name: [] for name, c in layers.items() if c}
+            for name in samples:
+                layers[name](None)  # type: ignore[misc]
+            for _ in range(rounds):  # interleaved, so load changes hit every layer alike
+                for name in samples:
+                    samples[name].append(time_calls(layers[name], gloo, calls))  # type: ignore[arg-type]
+            timed = {name: slowest_rank([statistics.median(v), min(v)], gloo)
+                     for name, v in samples.items()}  # fmt: skip
+            if rank == 0:
+                cells = [cell(*timed.get(name, (None, None))) for name in layers]
+                print(f"| {str(dtype).replace('torch.', '')} | {label(nbytes)} | "
+                      + " | ".join(cells) + " |", flush=True)  # fmt: skip
+
+
 def ddp_steps(rounds: int, gloo: Any, ours: Any) -> tuple[float, float]:
     """Median time of one DDP step (forward, backward with the gradient all_reduce, SGD step)
     of the same 4-layer MLP (about 6.3 M parameters, 25 MiB of fp32 gradients) on each group."""
@@ -317,6 +389,8 @@ def run(args: argparse.Namespace, sizes_mib: list[int]) -> None:
               f"load: {load} busy processes")  # fmt: skip
     try:
         side_by_side(QUICK_SIDE_SIZES if quick else SIDE_SIZES, rounds, gloo, deepspeed, why)
+        if args.breakdown:
+            breakdown(QUICK_SIDE_SIZES if quick else SIDE_SIZES, rounds, gloo, deepspeed)
     finally:
         if deepspeed is not None:
             dist.barrier(group=gloo)  # every rank has mapped every segment long since
@@ -382,6 +456,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load", type=int, default=0, help="busy processes to run meanwhile")
     parser.add_argument("--quick", action="store_true", help="16 KiB and 1 MiB, 3 rounds, part 1")
     parser.add_argument("--all-reduce-only", action="store_true", help="part 1 only")
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="after part 1: one all_reduce entered at each layer of torch's path (up to 1 MiB)",
+    )
     parser.add_argument(
         "--spec",
         default=None,

@@ -16,6 +16,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -132,7 +133,7 @@ class ShmBackend : public Backend {
         const int done = entry_(handle_, tensor.data_ptr(), tensor.numel(), dtype, op, timeout_,
                                 threads_, message, sizeof message);
         if (done == 0) {
-          ++native_all_reduces_;
+          native_all_reduces_.fetch_add(1, std::memory_order_relaxed);
           return c10::make_intrusive<CompletedWork>(tensors, c10d::OpType::ALLREDUCE);
         }
         if (done == 2) fail("all_reduce", message);
@@ -214,7 +215,7 @@ class ShmBackend : public Backend {
   }
 
   py::object group() const { return group_; }
-  int64_t native_all_reduces() const { return native_all_reduces_; }
+  int64_t native_all_reduces() const { return native_all_reduces_.load(std::memory_order_relaxed); }
 
  private:
   // The group's CollectiveError for a failed native call, raised into the caller's Python.
@@ -237,7 +238,8 @@ class ShmBackend : public Backend {
   NativeAllReduce entry_ = nullptr;
   double timeout_ = 0;
   int threads_ = 1;
-  int64_t native_all_reduces_ = 0;  // all_reduce calls run here, without Python
+  // all_reduce calls run here, without Python (atomic: threads may call the group at once)
+  std::atomic<int64_t> native_all_reduces_{0};
 };
 
 }  // namespace
