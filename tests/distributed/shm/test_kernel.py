@@ -147,6 +147,31 @@ def test_many_chunks_with_threads_give_identical_results_on_every_rank(shm: Modu
     assert torch.equal(outputs[0], expected) and torch.equal(outputs[1], expected)
 
 
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("numel", [15, 16, 1000, 4096])
+def test_small_fp32_from_unaligned_views_is_exact(
+    shm: ModuleType, world_size: int, numel: int
+) -> None:
+    """Small fp32 calls (streamed into the slot) from views 4 bytes off any cache line, with and
+    without a ragged tail: rank order's sum on every rank, and the bytes around untouched."""
+    comms = communicators(shm, world_size)
+    bases = [torch.randn(numel + 2, generator=torch.Generator().manual_seed(r))
+             for r in range(world_size)]  # fmt: skip
+    inputs = [b[1 : numel + 1].clone() for b in bases]
+    views = [b[1 : numel + 1] for b in bases]
+    assert all(v.data_ptr() % 64 != 0 for v in views)
+    edges = [(b[0].item(), b[-1].item()) for b in bases]
+    on_every_rank(
+        world_size, lambda r: comms[r].all_reduce(views[r].data_ptr(), numel, 0, 0, 30.0, 1)
+    )
+    expected = inputs[0].clone()
+    for t in inputs[1:]:
+        expected = expected + t
+    for base, view, edge in zip(bases, views, edges, strict=True):
+        assert torch.equal(view, expected)
+        assert (base[0].item(), base[-1].item()) == edge
+
+
 def test_repeated_collectives_reuse_the_slots(shm: ModuleType) -> None:
     comms = communicators(shm, 2)
     values = [torch.zeros(1000), torch.zeros(1000)]
