@@ -7,11 +7,12 @@ ranks), every contender interleaved round by round so that load changes hit all 
    ``dist.all_reduce``, through torch's dispatch), DeepSpeed's own shared-memory all-reduce
    (``ShareMemCommBuilder``'s ``torch.ops.deepspeed.inference_all_reduce_``, built and called
    as DeepSpeed does, where DeepSpeed is installed) and the memory floor (each rank copies its
-   input into a slot-sized buffer and adds the ranks' buffers with torch, chunk by chunk: the
-   least memory traffic a shared-memory all_reduce needs; at small sizes mostly torch's per-op
-   cost). Each result is first checked bit for bit against gloo's (DeepSpeed's too). The table
-   gives each median and best sample in microseconds and the ratios DeepSpeed/ours and
-   gloo/ours (above 1: ours is faster) and ours/floor.
+   input into a slot-sized buffer and adds the peers' buffers into its tensor with torch, chunk
+   by chunk: the least memory traffic a shared-memory all_reduce needs, timed with torch's ops,
+   so at small sizes mostly torch's per-op cost and at large ones what torch's loops reach).
+   Each result is first checked bit for bit against gloo's (DeepSpeed's too). The table gives
+   each median and best sample in microseconds and the ratios DeepSpeed/ours and gloo/ours
+   (above 1: ours is faster) and ours/floor.
 2. The other collectives (fp32, ``--sizes`` MiB) against gloo, and a DDP training step.
 
 ``--breakdown`` adds, after part 1, where a small all_reduce's time goes: the same call entered
@@ -110,8 +111,9 @@ def memory_floor(
     """Median and best time for this host to copy ``numel`` values into a buffer and add ``size``.
 
     The least memory traffic a shared-memory all_reduce needs: its input copied into a slot,
-    and the ranks' slots added into the output, chunk by chunk as the kernel does (one slot's
-    worth at a time, so chunks stay in cache as they do for the kernel). Every rank runs it at
+    and the peers' slots added into the tensor, chunk by chunk as the kernel does (one slot's
+    worth at a time, so chunks stay in cache as they do for the kernel). Timed with torch's own
+    copy and add, so a kernel whose loops beat torch's can come in under it. Every rank runs it at
     the same moment (as a collective's ranks share memory bandwidth); the slowest rank counts.
     """
     from anyaccel.distributed.shm.group import slot_bytes
@@ -125,8 +127,7 @@ def memory_floor(
             part = tensor[start : start + chunk]
             count = part.numel()
             slots[0][:count].copy_(part)
-            torch.add(slots[0][:count], slots[1][:count], out=part)
-            for slot in slots[2:]:
+            for slot in slots[1:]:  # its own values from the tensor, the peers' from slots
                 part.add_(slot[:count])
 
     copy_and_add()
