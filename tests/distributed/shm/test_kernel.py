@@ -418,6 +418,26 @@ def test_all_gather_broadcast_and_reduce_scatter_equal_torch(
                 assert torch.equal(outs[r], want), (dtype, code, r)
 
 
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("numel", [7, 40_000])
+def test_reduce_scatter_in_place_equals_out_of_place(
+    shm: ModuleType, world_size: int, numel: int
+) -> None:
+    """Output = this rank's own chunk of its input (in place, as NCCL allows): every rank reads
+    its own part from its input while writing there, and gets the out-of-place result."""
+    comms = communicators(shm, world_size)
+    full = [torch.randn(numel * world_size, generator=torch.Generator().manual_seed(r))
+            for r in range(world_size)]  # fmt: skip
+    folded = full[0].clone()
+    for row in full[1:]:  # rank order, as the kernel sums
+        folded = folded + row
+    expected = folded.chunk(world_size)
+    on_every_rank(world_size, lambda r: comms[r].reduce_scatter(
+        full[r].data_ptr(), full[r].data_ptr() + r * numel * 4, numel, 0, 0, 30.0, 1))  # fmt: skip
+    for r in range(world_size):
+        assert torch.equal(full[r].chunk(world_size)[r], expected[r]), r
+
+
 def test_ranks_calling_different_collectives_fail_on_every_rank(shm: ModuleType) -> None:
     comms = communicators(shm, 2)
     tensor, out = torch.ones(10), torch.empty(20)

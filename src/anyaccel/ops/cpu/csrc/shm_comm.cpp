@@ -558,10 +558,12 @@ class Communicator {
                                size_t(count * elem));
                },
                [&](int parity) {
-                 std::vector<const char*> slots(static_cast<size_t>(world_size_));
+                 // this rank's own part straight from its input, as all_reduce does
                  for (int r = 0; r < world_size_; ++r)
-                   slots[size_t(r)] = slot(r, parity) + rank_ * count * elem;
-                 reduce_parallel(Op(op_code), dtype, dst + offset * elem, slots, count, threads);
+                   sources_[size_t(r)] = r == rank_ ? src + (rank_ * numel + offset) * elem
+                                                    : slot(r, parity) + rank_ * count * elem;
+                 reduce_parallel(Op(op_code), dtype, dst + offset * elem, sources_, count,
+                                 threads);
                });
       offset += count;
     } while (offset < numel);
