@@ -172,6 +172,27 @@ def test_small_fp32_from_unaligned_views_is_exact(
         assert (base[0].item(), base[-1].item()) == edge
 
 
+def test_waiting_sees_an_oversubscribed_machine(shm: ModuleType) -> None:
+    """With more busy processes than CPUs, the kernel's wait reads the machine as oversubscribed
+    (and sleeps instead of yielding its core for a whole time slice)."""
+    assert isinstance(shm.oversubscribed(), bool)
+    spin = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"
+    busy = [
+        subprocess.Popen([sys.executable, "-c", spin]) for _ in range((os.cpu_count() or 1) + 2)
+    ]
+    try:
+        deadline = time.monotonic() + 20
+        seen = False
+        while not seen and time.monotonic() < deadline:
+            seen = shm.oversubscribed()
+            time.sleep(0.05)
+        assert seen
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait(timeout=30)
+
+
 def test_repeated_collectives_reuse_the_slots(shm: ModuleType) -> None:
     comms = communicators(shm, 2)
     values = [torch.zeros(1000), torch.zeros(1000)]

@@ -25,6 +25,7 @@
 // inference_all_reduce ops (through anyaccel.integrations.deepspeed, named in kDeepSpeedGlue).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
@@ -33,11 +34,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -65,8 +68,11 @@ constexpr uint64_t kMagic = 0x616e7973686d3032ull;  // "anyshm02"
 constexpr int kSlots = 2;
 // How long a rank waiting for its peers spins, then yields its core, before it sleeps. Measured
 // on 2 ranks of a loaded 2-core host: spinning 20 us or more doubles a 16 KiB call (the spinner
-// holds the core its peer needs), 0 to 10 us and a yield stage are alike; a quiet host needs a
-// few microseconds of spinning to catch a peer of a short call without a futex wake-up.
+// holds the core its peer needs), 0 to 10 us are alike; a quiet host needs a few microseconds of
+// spinning to catch a peer of a short call without a futex wake-up, and the yield stage keeps a
+// virtual CPU from halting. On an oversubscribed host the yield stage is skipped (see
+// wait_for_peers): with two busy processes beside the 2 ranks on 2 cores, yielding made 16 KiB
+// calls take 0.5 to 1.5 ms (a time slice given away per call), sleeping 60 to 110 us.
 constexpr std::chrono::microseconds kSpinWait(10);
 constexpr std::chrono::microseconds kYieldWait(50);
 // fp32 all-reduce chunks up to this many bytes go into the slot with streaming stores
@@ -353,6 +359,41 @@ void reduce(Op op, DType dtype, char* out, const std::vector<const char*>& slots
         case DType::kFloat16: return reduce_mean<DType::kFloat16>(out, slots, begin, end);
       }
   }
+}
+
+// Whether this machine has more runnable tasks than online CPUs right now: the fourth field of
+// /proc/loadavg ("runnable/total", the caller included). False where it cannot tell. Opened and
+// closed each time, so the library holds no descriptor between calls.
+bool oversubscribed() {
+  static const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char text[128];
+  const ssize_t got = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (got <= 0 || cpus <= 0) return false;
+  text[got] = '\0';
+  const char* field = text;
+  for (int skip = 0; skip < 3 && field != nullptr; ++skip) {
+    field = std::strchr(field, ' ');
+    if (field != nullptr) ++field;
+  }
+  return field != nullptr && std::strtol(field, nullptr, 10) > cpus;
+}
+
+// oversubscribed(), read at most once a millisecond per process (a wait that outlasts the spin
+// then costs a clock read, not a file read, and one passing task does not decide every wait).
+bool oversubscribed_lately() {
+  static std::atomic<int64_t> next_read{0};
+  static std::atomic<bool> answer{false};
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  int64_t due = next_read.load(std::memory_order_relaxed);
+  if (now >= due && next_read.compare_exchange_strong(due, now + 1000000)) {
+    answer.store(oversubscribed(), std::memory_order_relaxed);
+  }
+  return answer.load(std::memory_order_relaxed);
 }
 
 long futex(uint32_t* word, int operation, uint32_t value, const struct timespec* timeout) {
@@ -754,10 +795,10 @@ class Communicator {
 
   // Three stages, so that a short call is never slept through and a descheduled peer is never
   // starved of the core it needs: spin with a pause for up to kSpinWait (peers of a short call
-  // arrive within microseconds), then yield the core for up to kYieldWait (a peer that shares
-  // this core runs at once; with nothing else to run, yield returns at once), then sleep on
-  // the futex word of the first peer still behind, waking every 2 ms to check deadlines and
-  // liveness.
+  // arrive within microseconds), then, unless more tasks are runnable than there are CPUs,
+  // yield the core for up to kYieldWait (a peer that shares this core runs at once; with
+  // nothing else to run, yield returns at once), then sleep on the futex word of the first
+  // peer still behind, waking every 2 ms to check deadlines and liveness.
   void wait_for_peers(uint64_t seq, Clock::time_point deadline, double timeout) {
     if (peers_reached(seq)) return;
     const auto start = Clock::now();
@@ -768,10 +809,13 @@ class Communicator {
       }
       if (Clock::now() - start >= kSpinWait) break;
     }
-    for (;;) {
+    // Yielding only where no task waits for a core: there sched_yield returns at once (a
+    // spin that lets a peer sharing this core run), but on an oversubscribed machine it hands
+    // the core to another task for a whole time slice, with no wake-up when the peer arrives.
+    for (bool yielding = !oversubscribed_lately(); yielding;) {
       sched_yield();
       if (peers_reached(seq)) return;
-      if (Clock::now() - start >= kSpinWait + kYieldWait) break;
+      yielding = Clock::now() - start < kSpinWait + kYieldWait;
     }
     auto next_check = Clock::now();
     const struct timespec slice = {0, 2000000};
@@ -907,5 +951,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("vector_kernel_level", &anyaccel::vector_kernel_level,
         "2: the fp32, bf16 and fp16 kernels all run on this CPU (DeepSpeed's scale).");
   m.def("simd_level", &anyaccel::simd_level, "The SIMD level this build targets.");
+  m.def("oversubscribed", &anyaccel::oversubscribed,
+        "Whether more tasks are runnable than CPUs are online (then waiting skips yielding).");
   py::module_::import(anyaccel::kDeepSpeedGlue).attr("register_shm_comm_ops")();
 }
