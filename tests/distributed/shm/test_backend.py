@@ -344,6 +344,17 @@ AGAINST_GLOO = textwrap.dedent(
         dist.reduce_scatter_tensor(a, x); dist.reduce_scatter_tensor(b, x, group=gloo)
         check(f"reduce_scatter_tensor {dtype} 64 MiB", a, b)
         del x, a, b, ours, theirs
+    # reduce_scatter_tensor over several 4 MiB chunks, in place (the output is this rank's own
+    # part of the input) and into a shifted overlap of the input: gloo's sums either way
+    part = 600_000
+    for shift in (0, 5, -3):
+        buf = torch.cat([torch.zeros(8), data(part * size, torch.float32, 9), torch.zeros(8)])
+        source = buf[8 : 8 + part * size]
+        b = torch.empty(part); dist.reduce_scatter_tensor(b, source.clone(), group=gloo)
+        start = 8 + rank * part + shift
+        dist.reduce_scatter_tensor(buf[start : start + part], source)
+        out = buf[start : start + part]
+        check(f"reduce_scatter_tensor into its input, shifted {shift}", out, b)
     # non-contiguous input: reduced in place, as a contiguous copy through gloo would be
     a = data(64, torch.float32, 6).reshape(8, 8).t(); b = a.contiguous()
     dist.all_reduce(a); dist.all_reduce(b, group=gloo)
