@@ -247,6 +247,22 @@ class ShmProcessGroup(dist.ProcessGroup):
 
         return int(load_kernel().native_all_reduce_address())
 
+    @property
+    def native_entry_addresses(self) -> dict[str, int]:
+        """The kernel's C entries by collective (all_reduce, all_gather, broadcast,
+        reduce_scatter), for the C++ ``Backend``'s calls without Python."""
+        from anyaccel.distributed.shm.group import load_kernel
+
+        return {
+            name: int(address) for name, address in load_kernel().native_entry_addresses().items()
+        }
+
+    @property
+    def native_dtype_tags(self) -> list[tuple[torch.Tensor, int]]:
+        """Each dtype's byte-collective tag (an empty tensor of the dtype, and its tag), so the
+        C++ ``Backend`` tags its calls as this group does and ranks on either path agree."""
+        return [(torch.empty(0, dtype=dtype), tag) for dtype, tag in _DTYPE_TAGS.items()]
+
     def _to_gloo(self, name: str, root: int = 0) -> None:
         """Announce to the other ranks that this rank runs collective ``name`` on gloo.
 

@@ -16,8 +16,10 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -31,10 +33,34 @@ using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 using Tensors = std::vector<at::Tensor>;
 using TensorLists = std::vector<std::vector<at::Tensor>>;
 
-// shm_comm.cpp's native_all_reduce: 0 done, 1 communicator unusable (nothing done), 2 error.
+// shm_comm.cpp's native entries: 0 done, 1 communicator unusable (nothing done), 2 error.
 using NativeAllReduce = int (*)(void* communicator, void* data, int64_t numel, int dtype,
                                 int op, double timeout, int threads, char* message,
                                 size_t capacity);
+using NativeAllGather = int (*)(void* communicator, const void* in, void* out, int64_t nbytes,
+                                int tag, double timeout, int threads, char* message,
+                                size_t capacity);
+using NativeBroadcast = int (*)(void* communicator, void* data, int64_t nbytes, int root, int tag,
+                                double timeout, int threads, char* message, size_t capacity);
+using NativeReduceScatter = int (*)(void* communicator, const void* in, void* out, int64_t numel,
+                                    int dtype, int op, double timeout, int threads,
+                                    char* message, size_t capacity);
+
+// A CPU tensor the kernel can read or write as one block of memory.
+bool plain(const at::Tensor& tensor) {
+  return tensor.device().is_cpu() && tensor.layout() == at::kStrided && tensor.is_contiguous();
+}
+
+// Whether `output` shares memory with `input` other than exactly as this rank's own part of it
+// (then a chunked kernel could overwrite input a later chunk still reads: the group's path).
+bool overlaps_apart_from_own_part(const at::Tensor& output, const at::Tensor& input, int rank) {
+  const auto* out = static_cast<const char*>(output.data_ptr());
+  const auto* in = static_cast<const char*>(input.data_ptr());
+  const int64_t out_bytes = output.numel() * int64_t(output.element_size());
+  const int64_t in_bytes = input.numel() * int64_t(input.element_size());
+  if (out_bytes == 0 || out + out_bytes <= in || out >= in + in_bytes) return false;
+  return out != in + int64_t(rank) * out_bytes;
+}
 
 // A collective that already ran (synchronously): wait() returns at once, the future holds the
 // outputs (DDP's comm hooks read it).
@@ -101,6 +127,17 @@ class ShmBackend : public Backend {
           group_.attr("native_all_reduce_address").cast<std::uintptr_t>());
       timeout_ = shm.attr("timeout").cast<double>();
       threads_ = shm.attr("threads").cast<int>();
+      // The other collectives' entries and the group's dtype tags (absent: those go to Python)
+      if (py::hasattr(group_, "native_entry_addresses")) {
+        auto entries = group_.attr("native_entry_addresses").cast<std::map<std::string, std::uintptr_t>>();
+        all_gather_ = reinterpret_cast<NativeAllGather>(entries["all_gather"]);
+        broadcast_ = reinterpret_cast<NativeBroadcast>(entries["broadcast"]);
+        reduce_scatter_ = reinterpret_cast<NativeReduceScatter>(entries["reduce_scatter"]);
+        for (py::handle item : group_.attr("native_dtype_tags")) {
+          auto pair = item.cast<std::pair<at::Tensor, int>>();
+          tags_[static_cast<size_t>(pair.first.scalar_type())] = pair.second;
+        }
+      }
     }
   }
 
@@ -120,6 +157,20 @@ class ShmBackend : public Backend {
 
   // -- run by the Python group (shared memory, or its own gloo fallback) --------------------
   WorkPtr broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) override {
+    if (broadcast_ != nullptr && tensors.size() == 1 && plain(tensors[0]) &&
+        opts.rootTensor == 0 && opts.rootRank >= 0 && opts.rootRank < size_) {
+      at::Tensor& tensor = tensors[0];
+      const int tag = tag_of(tensor);
+      if (tag >= 0) {
+        char message[1024];
+        const int done = broadcast_(handle_, tensor.data_ptr(),
+                                    tensor.numel() * int64_t(tensor.element_size()),
+                                    int(opts.rootRank), tag, timeout_, threads_, message,
+                                    sizeof message);
+        if (done == 0) return completed(kBroadcast, tensors, c10d::OpType::BROADCAST);
+        if (done == 2) fail("broadcast", message);
+      }
+    }
     return call("broadcast", tensors, opts);
   }
   WorkPtr allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) override {
@@ -132,10 +183,7 @@ class ShmBackend : public Backend {
         char message[1024];
         const int done = entry_(handle_, tensor.data_ptr(), tensor.numel(), dtype, op, timeout_,
                                 threads_, message, sizeof message);
-        if (done == 0) {
-          native_all_reduces_.fetch_add(1, std::memory_order_relaxed);
-          return c10::make_intrusive<CompletedWork>(tensors, c10d::OpType::ALLREDUCE);
-        }
+        if (done == 0) return completed(kAllReduce, tensors, c10d::OpType::ALLREDUCE);
         if (done == 2) fail("all_reduce", message);
         // 1: the communicator was closed or failed before the call; the group says which
       }
@@ -148,6 +196,17 @@ class ShmBackend : public Backend {
   }
   WorkPtr _allgather_base(at::Tensor& output, at::Tensor& input,
                           const c10d::AllgatherOptions& opts) override {
+    const int tag = tag_of(input);
+    if (all_gather_ != nullptr && tag >= 0 && plain(input) && plain(output) &&
+        output.scalar_type() == input.scalar_type() &&
+        output.numel() == input.numel() * int64_t(size_)) {
+      char message[1024];
+      const int done = all_gather_(handle_, input.data_ptr(), output.data_ptr(),
+                                   input.numel() * int64_t(input.element_size()), tag, timeout_,
+                                   threads_, message, sizeof message);
+      if (done == 0) return completed(kAllGather, {output}, c10d::OpType::_ALLGATHER_BASE);
+      if (done == 2) fail("all_gather", message);
+    }
     return call("_allgather_base", output, input, opts);
   }
   WorkPtr reduce_scatter(Tensors& outputs, TensorLists& inputs,
@@ -156,6 +215,21 @@ class ShmBackend : public Backend {
   }
   WorkPtr _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                const c10d::ReduceScatterOptions& opts) override {
+    const int dtype = dtype_code(input.scalar_type());
+    const int op = op_code(opts.reduceOp);
+    if (reduce_scatter_ != nullptr && dtype >= 0 && op >= 0 && plain(input) && plain(output) &&
+        output.scalar_type() == input.scalar_type() &&
+        input.numel() == output.numel() * int64_t(size_) &&
+        !overlaps_apart_from_own_part(output, input, rank_)) {
+      char message[1024];
+      const int done = reduce_scatter_(handle_, input.data_ptr(), output.data_ptr(),
+                                       output.numel(), dtype, op, timeout_, threads_, message,
+                                       sizeof message);
+      if (done == 0) {
+        return completed(kReduceScatter, {output}, c10d::OpType::_REDUCE_SCATTER_BASE);
+      }
+      if (done == 2) fail("reduce_scatter", message);
+    }
     return call("_reduce_scatter_base", output, input, opts);
   }
   WorkPtr barrier(const c10d::BarrierOptions& opts) override { return call("barrier", opts); }
@@ -215,9 +289,30 @@ class ShmBackend : public Backend {
   }
 
   py::object group() const { return group_; }
-  int64_t native_all_reduces() const { return native_all_reduces_.load(std::memory_order_relaxed); }
+  int64_t native_all_reduces() const { return native_[kAllReduce].load(std::memory_order_relaxed); }
+  std::map<std::string, int64_t> native_calls() const {
+    std::map<std::string, int64_t> counts;
+    const char* names[kKinds] = {"all_reduce", "all_gather", "broadcast", "reduce_scatter"};
+    for (int kind = 0; kind < kKinds; ++kind)
+      counts[names[kind]] = native_[kind].load(std::memory_order_relaxed);
+    return counts;
+  }
 
  private:
+  enum Kind { kAllReduce = 0, kAllGather = 1, kBroadcast = 2, kReduceScatter = 3, kKinds = 4 };
+
+  // A native call that ran: counted, and a completed Work holding its outputs.
+  WorkPtr completed(Kind kind, Tensors outputs, c10d::OpType type) {
+    native_[kind].fetch_add(1, std::memory_order_relaxed);
+    return c10::make_intrusive<CompletedWork>(std::move(outputs), type);
+  }
+
+  // The group's byte-collective tag of `tensor`'s dtype, or -1 (then the group's path).
+  int tag_of(const at::Tensor& tensor) const {
+    const auto index = static_cast<size_t>(tensor.scalar_type());
+    return index < tags_.size() ? tags_[index] : -1;
+  }
+
   // The group's CollectiveError for a failed native call, raised into the caller's Python.
   [[noreturn]] void fail(const char* name, const char* message) {
     py::gil_scoped_acquire gil;
@@ -238,8 +333,18 @@ class ShmBackend : public Backend {
   NativeAllReduce entry_ = nullptr;
   double timeout_ = 0;
   int threads_ = 1;
-  // all_reduce calls run here, without Python (atomic: threads may call the group at once)
-  std::atomic<int64_t> native_all_reduces_{0};
+  NativeAllGather all_gather_ = nullptr;
+  NativeBroadcast broadcast_ = nullptr;
+  NativeReduceScatter reduce_scatter_ = nullptr;
+  std::array<int, static_cast<size_t>(at::ScalarType::NumOptions)> tags_ = make_tags();
+  // calls run here, without Python, by kind (atomic: threads may call the group at once)
+  std::atomic<int64_t> native_[kKinds] = {};
+
+  static std::array<int, static_cast<size_t>(at::ScalarType::NumOptions)> make_tags() {
+    std::array<int, static_cast<size_t>(at::ScalarType::NumOptions)> tags;
+    tags.fill(-1);
+    return tags;
+  }
 };
 
 }  // namespace
@@ -253,6 +358,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("size"), py::arg("group"), py::arg("gloo"))
       .def_property_readonly("group", &anyaccel::ShmBackend::group,
                              "The Python ShmProcessGroup that runs the other collectives")
+      .def_property_readonly("native_calls", &anyaccel::ShmBackend::native_calls,
+                             "How many calls of each collective ran in C++, without Python")
       .def_property_readonly("native_all_reduces", &anyaccel::ShmBackend::native_all_reduces,
                              "How many all_reduce calls ran in C++, without Python");
 }

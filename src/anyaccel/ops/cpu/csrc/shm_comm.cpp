@@ -43,6 +43,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -503,6 +504,26 @@ class Communicator {
   }
 
   std::uintptr_t handle() { return reinterpret_cast<std::uintptr_t>(this); }
+  int world_size() const { return world_size_; }
+
+  // Another collective for a caller without Python, with all_reduce_native's answers: 0 done,
+  // 1 closed or failed before the call (nothing done), 2 an error whose text is in `message`.
+  template <typename Call>
+  int run_native(Call call, char* message, size_t capacity) noexcept {
+    try {
+      {
+        std::lock_guard<std::mutex> hold(mutex_);
+        if (base_ == nullptr || failed_) return 1;
+      }
+      call();  // takes the lock itself
+      return 0;
+    } catch (const std::exception& exc) {
+      std::snprintf(message, capacity, "%s", exc.what());
+    } catch (...) {
+      std::snprintf(message, capacity, "%s", "unknown error");
+    }
+    return 2;
+  }
 
  private:
   void all_reduce_held(uintptr_t address, int64_t numel, int dtype_code, int op_code,
@@ -898,6 +919,46 @@ int native_all_reduce(void* communicator, void* data, int64_t numel, int dtype_c
       ->all_reduce_native(data, numel, dtype_code, op_code, timeout, threads, message, capacity);
 }
 
+// all_gather into one output (rank r's `nbytes` at out + r * nbytes), for the c10d Backend.
+int native_all_gather(void* communicator, const void* in, void* out, int64_t nbytes, int tag,
+                      double timeout, int threads, char* message, size_t capacity) noexcept {
+  auto* self = static_cast<Communicator*>(communicator);
+  return self->run_native(
+      [&] {
+        std::vector<uintptr_t> outputs;
+        const int64_t ranks = self->world_size();
+        outputs.reserve(size_t(ranks));
+        for (int64_t r = 0; r < ranks; ++r)
+          outputs.push_back(reinterpret_cast<uintptr_t>(out) + uintptr_t(r * nbytes));
+        self->all_gather(reinterpret_cast<uintptr_t>(in), outputs, nbytes, tag, timeout, threads);
+      },
+      message, capacity);
+}
+
+// broadcast of `nbytes` at `data` from rank `root`, for the c10d Backend.
+int native_broadcast(void* communicator, void* data, int64_t nbytes, int root, int tag,
+                     double timeout, int threads, char* message, size_t capacity) noexcept {
+  auto* self = static_cast<Communicator*>(communicator);
+  return self->run_native(
+      [&] {
+        self->broadcast(reinterpret_cast<uintptr_t>(data), nbytes, root, tag, timeout, threads);
+      },
+      message, capacity);
+}
+
+// reduce_scatter of `numel` elements per rank into `out`, for the c10d Backend.
+int native_reduce_scatter(void* communicator, const void* in, void* out, int64_t numel, int dtype,
+                          int op, double timeout, int threads, char* message,
+                          size_t capacity) noexcept {
+  auto* self = static_cast<Communicator*>(communicator);
+  return self->run_native(
+      [&] {
+        self->reduce_scatter(reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(out),
+                             numel, dtype, op, timeout, threads);
+      },
+      message, capacity);
+}
+
 // DeepSpeed's ShareMemCommBuilder interface ---------------------------------------------------
 // The Python module that implements it (it runs anyaccel.distributed's all_reduce).
 constexpr const char* kDeepSpeedGlue = "anyaccel.integrations.deepspeed";
@@ -946,6 +1007,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       []() { return reinterpret_cast<std::uintptr_t>(&anyaccel::native_all_reduce); },
       "The address of the C all-reduce entry (communicator, data, numel, dtype, op, timeout, "
       "threads, message, capacity) -> 0 done, 1 unusable, 2 error");
+  m.def(
+      "native_entry_addresses",
+      []() {
+        return std::map<std::string, std::uintptr_t>{
+            {"all_reduce", reinterpret_cast<std::uintptr_t>(&anyaccel::native_all_reduce)},
+            {"all_gather", reinterpret_cast<std::uintptr_t>(&anyaccel::native_all_gather)},
+            {"broadcast", reinterpret_cast<std::uintptr_t>(&anyaccel::native_broadcast)},
+            {"reduce_scatter",
+             reinterpret_cast<std::uintptr_t>(&anyaccel::native_reduce_scatter)},
+        };
+      },
+      "The C entries of every collective for the c10d Backend, by name (their arguments: see "
+      "native_all_reduce, native_all_gather, native_broadcast, native_reduce_scatter)");
   m.def("initialize", &anyaccel::initialize, py::arg("world_size"), py::arg("rank"),
         "Set up the shared-memory all-reduce for the default process group (DeepSpeed's name).");
   m.def("vector_kernel_level", &anyaccel::vector_kernel_level,
