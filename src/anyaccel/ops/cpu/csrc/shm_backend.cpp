@@ -4,13 +4,14 @@
 // torch keeps a Python ProcessGroup returned by a backend plugin as the whole group, so every
 // other device of the spec would be dropped; a c10d Backend is registered for its device only,
 // next to the others. Python cannot subclass c10d::Backend (no constructor is bound), hence this
-// small C++ class. all_reduce, the call of every DDP bucket and ZeRO step, runs here without
-// Python: straight into the shared-memory communicator (through the C entry its module hands
-// over) and back with a completed Work. Every other collective anyaccel_shm runs itself, and
-// every all_reduce the kernel cannot take (other dtypes and ops, several or non-contiguous
-// tensors, no segment), is forwarded with the GIL to the Python ShmProcessGroup (shared memory,
-// and its own gloo fallbacks and checks); every other call goes straight to that group's gloo
-// backend, as the Python group's registered backend does.
+// small C++ class. all_reduce (every DDP bucket), all_gather_into_tensor and
+// reduce_scatter_tensor (every ZeRO-3 and FSDP step) and broadcast run here without Python:
+// straight into the shared-memory communicator (through the C entries its module hands over)
+// and back with a completed Work. The list forms of all_gather and reduce_scatter, barrier, and
+// every call the kernel cannot take as it comes (other dtypes and ops, several, non-contiguous
+// or overlapping tensors, no segment) are forwarded with the GIL to the Python ShmProcessGroup
+// (shared memory, and its own gloo fallbacks and checks); every other call goes straight to
+// that group's gloo backend, as the Python group's registered backend does.
 
 #include <torch/extension.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
