@@ -451,6 +451,14 @@ AGAINST_GLOO = textwrap.dedent(
             errors.append(f"no error: {tensor[:2].tolist()}")
         except CollectiveError as error:
             errors.append(str(error))
+    # the same through a collective the c10d Backend runs in C++: the group's error, raised
+    bad = dist.new_group(list(range(size)))
+    try:
+        n = 4 * (rank + 1)
+        dist.all_gather_into_tensor(torch.empty(n * size), torch.ones(n), group=bad)
+        errors.append("no error from all_gather_into_tensor")
+    except CollectiveError as error:
+        errors.append(str(error))
     dist.destroy_process_group()
     print(json.dumps({"failures": failures, "checks": checks, "status": status,
                       "errors": errors, "native": native_calls, "sharded": sharded,
@@ -497,7 +505,9 @@ def test_every_collective_equals_gloo_bit_for_bit_on_two_ranks() -> None:
         }, (rank, result["native"])
         for name, used in result["sharded"].items():  # FSDP's collectives ran natively
             assert {"all_gather", "reduce_scatter"} <= set(used), (name, used)
-        sizes, later = result["errors"]
+        sizes, later, gathered = result["errors"]
+        assert "ranks called all_gather with different tensors" in gathered, gathered
+        assert "anyaccel_shm all_gather failed" in gathered, gathered
         assert "different tensors" in sizes and "4 float32 elements" in sizes
         assert "8 float32 elements" in sizes, (rank, sizes)
         assert "failed earlier" in later or "different tensors" in later, (rank, later)
