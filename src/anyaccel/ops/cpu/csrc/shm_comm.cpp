@@ -484,30 +484,23 @@ class Communicator {
     all_reduce_held(address, numel, dtype_code, op_code, timeout, threads);
   }
 
-  // all_reduce for a caller without Python (anyaccel's c10d Backend): 0 when done; 1 when this
-  // communicator is closed or has failed, and nothing was done (the caller's other path says
-  // why); 2 on an error, its text in `message` (`capacity` bytes, always terminated).
+  // all_reduce for a caller without Python (anyaccel's c10d Backend), answering as run_native.
   int all_reduce_native(void* data, int64_t numel, int dtype_code, int op_code, double timeout,
                         int threads, char* message, size_t capacity) noexcept {
-    try {
-      std::lock_guard<std::mutex> hold(mutex_);
-      if (base_ == nullptr || failed_) return 1;
-      all_reduce_held(reinterpret_cast<uintptr_t>(data), numel, dtype_code, op_code, timeout,
-                      threads);
-      return 0;
-    } catch (const std::exception& exc) {
-      std::snprintf(message, capacity, "%s", exc.what());
-    } catch (...) {
-      std::snprintf(message, capacity, "%s", "unknown error");
-    }
-    return 2;
+    return run_native(
+        [&] {
+          all_reduce(reinterpret_cast<uintptr_t>(data), numel, dtype_code, op_code, timeout,
+                     threads);
+        },
+        message, capacity);
   }
 
   std::uintptr_t handle() { return reinterpret_cast<std::uintptr_t>(this); }
   int world_size() const { return world_size_; }
 
-  // Another collective for a caller without Python, with all_reduce_native's answers: 0 done,
-  // 1 closed or failed before the call (nothing done), 2 an error whose text is in `message`.
+  // A collective for a caller without Python (anyaccel's c10d Backend): 0 when done; 1 when
+  // this communicator is closed or has failed, and nothing was done (the caller's other path
+  // says why); 2 on an error, its text in `message` (`capacity` bytes, always terminated).
   template <typename Call>
   int run_native(Call call, char* message, size_t capacity) noexcept {
     try {
