@@ -459,6 +459,26 @@ def test_reduce_scatter_in_place_equals_out_of_place(
         assert torch.equal(full[r].chunk(world_size)[r], expected[r]), r
 
 
+@pytest.mark.parametrize("shift", [-3, 5])
+def test_reduce_scatter_into_a_shifted_overlap_of_its_input_is_exact(
+    shm: ModuleType, shift: int
+) -> None:
+    """An output overlapping the input other than exactly in place, over several chunks: the
+    kernel reduces into a buffer of its own and copies it out (reduced straight into the
+    output, a later chunk read input an earlier chunk had overwritten)."""
+    comms = communicators(shm, 2)
+    numel = 40_000  # several 64 KiB chunks
+    full = [torch.randn(numel * 2 + 16, generator=torch.Generator().manual_seed(r)) for r in (0, 1)]
+    inputs = [f[8 : 8 + 2 * numel].clone() for f in full]
+    expected = (inputs[0] + inputs[1]).chunk(2)
+    starts = [8 + r * numel + shift for r in (0, 1)]  # the own part, shifted by `shift`
+    on_every_rank(2, lambda r: comms[r].reduce_scatter(
+        full[r].data_ptr() + 32, full[r].data_ptr() + starts[r] * 4, numel, 0, 0, 30.0, 1
+    ))  # fmt: skip
+    for r in (0, 1):
+        assert torch.equal(full[r][starts[r] : starts[r] + numel], expected[r]), r
+
+
 def test_ranks_calling_different_collectives_fail_on_every_rank(shm: ModuleType) -> None:
     comms = communicators(shm, 2)
     tensor, out = torch.ones(10), torch.empty(20)

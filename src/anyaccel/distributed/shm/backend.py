@@ -130,19 +130,6 @@ def _completed(result: Any) -> Any:
     return _C10D._create_work_from_future(future)
 
 
-def _overlaps_apart_from_in_place(output: torch.Tensor, source: torch.Tensor, rank: int) -> bool:
-    """Whether a reduce-scatter's output shares memory with its (contiguous) source other than as
-    this rank's own part exactly: the kernel, chunk by chunk, would then overwrite input that a
-    later chunk still reads (gloo copies first), so such an output gets a buffer of its own."""
-    nbytes = output.numel() * output.element_size()
-    start, end = output.data_ptr(), output.data_ptr() + nbytes
-    low = source.data_ptr()
-    high = low + source.numel() * source.element_size()
-    if end <= low or start >= high or nbytes == 0:
-        return False
-    return not (output.is_contiguous() and start == low + rank * nbytes)
-
-
 class ShmProcessGroup(dist.ProcessGroup):
     """A process group over shared memory for CPU collectives, delegating the rest to gloo."""
 
@@ -228,7 +215,8 @@ class ShmProcessGroup(dist.ProcessGroup):
     def native_failure(self, name: str, error: str) -> None:
         """Raise the :class:`CollectiveError` for collective ``name`` that failed with ``error``.
 
-        Also called by the C++ ``Backend`` (``shm_backend.cpp``) when its own all_reduce fails.
+        Also called by the C++ ``Backend`` (``shm_backend.cpp``) when a collective it runs itself
+        fails.
         """
         message = f"{BACKEND_NAME} {name} failed: {error}"
         if f"dtype #{FALLBACK_TAG} " in message:
@@ -239,13 +227,6 @@ class ShmProcessGroup(dist.ProcessGroup):
                 "of tensor on every rank)"
             )
         raise CollectiveError(message) from None
-
-    @property
-    def native_all_reduce_address(self) -> int:
-        """The address of the kernel's C all-reduce entry, for the C++ ``Backend``."""
-        from anyaccel.distributed.shm.group import load_kernel
-
-        return int(load_kernel().native_all_reduce_address())
 
     @property
     def native_entry_addresses(self) -> dict[str, int]:
@@ -431,12 +412,7 @@ class ShmProcessGroup(dist.ProcessGroup):
         if premul:
             source = premultiplied(source, opts.reduceOp)  # type: ignore[assignment]  # a copy
         target = output.detach()
-        overlapping = _overlaps_apart_from_in_place(target, source, self.rank())
-        work = (
-            target
-            if target.is_contiguous() and not overlapping
-            else torch.empty_like(target, memory_format=torch.contiguous_format)
-        )
+        work = target if target.is_contiguous() else torch.empty_like(target).contiguous()
         self._run(
             "reduce_scatter",
             lambda c: c.reduce_scatter(

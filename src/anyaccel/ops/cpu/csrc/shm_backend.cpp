@@ -52,17 +52,6 @@ bool plain(const at::Tensor& tensor) {
   return tensor.device().is_cpu() && tensor.layout() == at::kStrided && tensor.is_contiguous();
 }
 
-// Whether `output` shares memory with `input` other than exactly as this rank's own part of it
-// (then a chunked kernel could overwrite input a later chunk still reads: the group's path).
-bool overlaps_apart_from_own_part(const at::Tensor& output, const at::Tensor& input, int rank) {
-  const auto* out = static_cast<const char*>(output.data_ptr());
-  const auto* in = static_cast<const char*>(input.data_ptr());
-  const int64_t out_bytes = output.numel() * int64_t(output.element_size());
-  const int64_t in_bytes = input.numel() * int64_t(input.element_size());
-  if (out_bytes == 0 || out + out_bytes <= in || out >= in + in_bytes) return false;
-  return out != in + int64_t(rank) * out_bytes;
-}
-
 // A collective that already ran (synchronously): wait() returns at once, the future holds the
 // outputs (DDP's comm hooks read it).
 class CompletedWork : public c10d::Work {
@@ -122,22 +111,21 @@ class ShmBackend : public Backend {
     // the entry answers "unusable" and the group says why.
     py::object shm = group_.attr("shm");
     communicator_ = shm.attr("communicator");
+    tags_.fill(-1);
     if (!communicator_.is_none()) {
       handle_ = reinterpret_cast<void*>(communicator_.attr("handle").cast<std::uintptr_t>());
-      entry_ = reinterpret_cast<NativeAllReduce>(
-          group_.attr("native_all_reduce_address").cast<std::uintptr_t>());
       timeout_ = shm.attr("timeout").cast<double>();
       threads_ = shm.attr("threads").cast<int>();
-      // The other collectives' entries and the group's dtype tags (absent: those go to Python)
-      if (py::hasattr(group_, "native_entry_addresses")) {
-        auto entries = group_.attr("native_entry_addresses").cast<std::map<std::string, std::uintptr_t>>();
-        all_gather_ = reinterpret_cast<NativeAllGather>(entries["all_gather"]);
-        broadcast_ = reinterpret_cast<NativeBroadcast>(entries["broadcast"]);
-        reduce_scatter_ = reinterpret_cast<NativeReduceScatter>(entries["reduce_scatter"]);
-        for (py::handle item : group_.attr("native_dtype_tags")) {
-          auto pair = item.cast<std::pair<at::Tensor, int>>();
-          tags_[static_cast<size_t>(pair.first.scalar_type())] = pair.second;
-        }
+      // the kernel's C entries, and the group's dtype tags (so both paths tag a call alike)
+      auto entries =
+          group_.attr("native_entry_addresses").cast<std::map<std::string, std::uintptr_t>>();
+      entry_ = reinterpret_cast<NativeAllReduce>(entries.at("all_reduce"));
+      all_gather_ = reinterpret_cast<NativeAllGather>(entries.at("all_gather"));
+      broadcast_ = reinterpret_cast<NativeBroadcast>(entries.at("broadcast"));
+      reduce_scatter_ = reinterpret_cast<NativeReduceScatter>(entries.at("reduce_scatter"));
+      for (py::handle item : group_.attr("native_dtype_tags")) {
+        auto pair = item.cast<std::pair<at::Tensor, int>>();
+        tags_[static_cast<size_t>(pair.first.scalar_type())] = pair.second;
       }
     }
   }
@@ -220,8 +208,7 @@ class ShmBackend : public Backend {
     const int op = op_code(opts.reduceOp);
     if (reduce_scatter_ != nullptr && dtype >= 0 && op >= 0 && plain(input) && plain(output) &&
         output.scalar_type() == input.scalar_type() &&
-        input.numel() == output.numel() * int64_t(size_) &&
-        !overlaps_apart_from_own_part(output, input, rank_)) {
+        input.numel() == output.numel() * int64_t(size_)) {
       char message[1024];
       const int done = reduce_scatter_(handle_, input.data_ptr(), output.data_ptr(),
                                        output.numel(), dtype, op, timeout_, threads_, message,
@@ -337,15 +324,10 @@ class ShmBackend : public Backend {
   NativeAllGather all_gather_ = nullptr;
   NativeBroadcast broadcast_ = nullptr;
   NativeReduceScatter reduce_scatter_ = nullptr;
-  std::array<int, static_cast<size_t>(at::ScalarType::NumOptions)> tags_ = make_tags();
+  // byte-collective tag by ScalarType; -1: none, the group's path
+  std::array<int, static_cast<size_t>(at::ScalarType::NumOptions)> tags_{};
   // calls run here, without Python, by kind (atomic: threads may call the group at once)
   std::atomic<int64_t> native_[kKinds] = {};
-
-  static std::array<int, static_cast<size_t>(at::ScalarType::NumOptions)> make_tags() {
-    std::array<int, static_cast<size_t>(at::ScalarType::NumOptions)> tags;
-    tags.fill(-1);
-    return tags;
-  }
 };
 
 }  // namespace

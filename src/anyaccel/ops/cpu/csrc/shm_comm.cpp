@@ -599,9 +599,18 @@ class Communicator {
     const int64_t elem = int64_t(element_size(dtype));
     const int64_t chunk = std::max<int64_t>(1, slot_bytes_ / (elem * world_size_));
     const char* src = reinterpret_cast<const char*>(in);
-    char* dst = reinterpret_cast<char*>(out);
     const auto deadline = deadline_after(timeout);
     const int64_t total = numel * elem * world_size_;
+    // An output sharing memory with the input other than as this rank's own part exactly (a
+    // shifted view) would overwrite input that a later chunk still reads: such a call reduces
+    // into a buffer of its own and copies it out at the end, so its sums are gloo's. Exactly in
+    // place, or apart, needs none.
+    const int64_t out_bytes = numel * elem;
+    const bool staged = out_bytes > 0 && out < in + uintptr_t(total) &&
+                        out + uintptr_t(out_bytes) > in &&
+                        out != in + uintptr_t(rank_ * out_bytes);
+    std::vector<char> staging(staged ? size_t(out_bytes) : 0);
+    char* dst = staged ? staging.data() : reinterpret_cast<char*>(out);
     int64_t offset = 0;
     do {
       const int64_t count = std::min(chunk, numel - offset);
@@ -622,6 +631,7 @@ class Communicator {
                });
       offset += count;
     } while (offset < numel);
+    if (staged) std::memcpy(reinterpret_cast<char*>(out), staging.data(), size_t(out_bytes));
   }
 
   void barrier(double timeout) {
@@ -996,11 +1006,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("handle", &Communicator::handle,
                              "This communicator's address, for native_all_reduce's callers");
   m.def(
-      "native_all_reduce_address",
-      []() { return reinterpret_cast<std::uintptr_t>(&anyaccel::native_all_reduce); },
-      "The address of the C all-reduce entry (communicator, data, numel, dtype, op, timeout, "
-      "threads, message, capacity) -> 0 done, 1 unusable, 2 error");
-  m.def(
       "native_entry_addresses",
       []() {
         return std::map<std::string, std::uintptr_t>{
@@ -1011,8 +1016,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              reinterpret_cast<std::uintptr_t>(&anyaccel::native_reduce_scatter)},
         };
       },
-      "The C entries of every collective for the c10d Backend, by name (their arguments: see "
-      "native_all_reduce, native_all_gather, native_broadcast, native_reduce_scatter)");
+      "The C entries of the collectives for the c10d Backend, by name (their arguments: see "
+      "native_all_reduce, native_all_gather, native_broadcast, native_reduce_scatter; each "
+      "returns 0 done, 1 communicator unusable, 2 error)");
   m.def("initialize", &anyaccel::initialize, py::arg("world_size"), py::arg("rank"),
         "Set up the shared-memory all-reduce for the default process group (DeepSpeed's name).");
   m.def("vector_kernel_level", &anyaccel::vector_kernel_level,
