@@ -348,8 +348,9 @@ AGAINST_GLOO = textwrap.dedent(
         check(f"reduce_scatter_tensor {dtype} 64 MiB", a, b)
         del x, a, b, ours, theirs
     # reduce_scatter_tensor over several 4 MiB chunks, in place (the output is this rank's own
-    # part of the input) and into a shifted overlap of the input: gloo's sums either way
-    part = 600_000
+    # part of the input) and into a shifted overlap of the input, and all_gather_into_tensor
+    # from such views of its output: gloo's results either way (gloo works on copies)
+    part = 1_100_000  # past one 4 MiB slot per rank: all_gather too takes two chunks
     for shift in (0, 5, -3):
         buf = torch.cat([torch.zeros(8), data(part * size, torch.float32, 9), torch.zeros(8)])
         source = buf[8 : 8 + part * size]
@@ -358,6 +359,11 @@ AGAINST_GLOO = textwrap.dedent(
         dist.reduce_scatter_tensor(buf[start : start + part], source)
         out = buf[start : start + part]
         check(f"reduce_scatter_tensor into its input, shifted {shift}", out, b)
+        # and all_gather_into_tensor from a view of its output, shifted alike
+        inp = buf[start : start + part]
+        b = torch.empty(part * size); dist.all_gather_into_tensor(b, inp.clone(), group=gloo)
+        dist.all_gather_into_tensor(source, inp)
+        check(f"all_gather_into_tensor from its output, shifted {shift}", source, b)
     # non-contiguous input: reduced in place, as a contiguous copy through gloo would be
     a = data(64, torch.float32, 6).reshape(8, 8).t(); b = a.contiguous()
     dist.all_reduce(a); dist.all_reduce(b, group=gloo)

@@ -459,6 +459,26 @@ def test_reduce_scatter_in_place_equals_out_of_place(
         assert torch.equal(full[r].chunk(world_size)[r], expected[r]), r
 
 
+@pytest.mark.parametrize("shift", [-3, 0, 5])
+def test_all_gather_from_a_shifted_overlap_of_its_output_is_exact(
+    shm: ModuleType, shift: int
+) -> None:
+    """An input overlapping the output other than exactly as this rank's own part (shift 0),
+    over several chunks: the kernel gathers from a copy of it (straight from the input, a later
+    chunk read bytes an earlier chunk had overwritten)."""
+    comms = communicators(shm, 2)
+    numel = 40_000  # several 64 KiB chunks
+    full = [torch.randn(numel * 2 + 16, generator=torch.Generator().manual_seed(r)) for r in (0, 1)]
+    starts = [8 + r * numel + shift for r in (0, 1)]  # the own part, shifted by `shift`
+    inputs = [full[r][starts[r] : starts[r] + numel].clone() for r in (0, 1)]
+    on_every_rank(2, lambda r: comms[r].all_gather(
+        full[r].data_ptr() + starts[r] * 4, [full[r].data_ptr() + (8 + q * numel) * 4
+                                              for q in (0, 1)], numel * 4, 0, 30.0, 1
+    ))  # fmt: skip
+    for r in (0, 1):
+        assert torch.equal(full[r][8 : 8 + 2 * numel], torch.cat(inputs)), r
+
+
 @pytest.mark.parametrize("shift", [-3, 5])
 def test_reduce_scatter_into_a_shifted_overlap_of_its_input_is_exact(
     shm: ModuleType, shift: int

@@ -549,7 +549,21 @@ class Communicator {
     if (int(outputs.size()) != world_size_) {
       throw std::invalid_argument("all_gather: one output address per rank expected");
     }
+    // An input sharing memory with an output other than exactly as this rank's own output (a
+    // shifted view) would be overwritten before a later chunk reads it: such a call gathers
+    // from a copy of its input, so its result is gloo's. Exactly in place, or apart, needs none.
     const char* src = reinterpret_cast<const char*>(in);
+    std::vector<char> staging;
+    bool overlapping = false;
+    for (int r = 0; r < world_size_ && nbytes > 0; ++r) {
+      const uintptr_t output = outputs[size_t(r)];
+      overlapping |= output < in + uintptr_t(nbytes) && output + uintptr_t(nbytes) > in &&
+                     !(r == rank_ && output == in);
+    }
+    if (overlapping) {
+      staging.assign(src, src + nbytes);
+      src = staging.data();
+    }
     const auto deadline = deadline_after(timeout);
     int64_t offset = 0;
     do {
