@@ -201,11 +201,32 @@ def all_reduce_contenders(tensor: torch.Tensor, gloo: Any, deepspeed: bool) -> d
     return contenders
 
 
+def interleaved(
+    contenders: dict[str, Call], rounds: int, group: Any, calls: int
+) -> dict[str, tuple[float, float]]:
+    """Each contender's median and best time per call (the slowest rank's), ``calls`` calls a
+    sample, the contenders taking turns round by round so that load changes hit them alike."""
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, call in contenders.items():
+            samples[name].append(time_calls(call, group, calls))
+    return {name: slowest_rank([statistics.median(v), min(v)], group)
+            for name, v in samples.items()}  # fmt: skip
+
+
+#: The ``vector_kernel_level`` DeepSpeed's ``TorchBackend`` requires of its op for each dtype.
+DEEPSPEED_LEVELS = {torch.float32: 1, torch.bfloat16: 2}
+
+
+def deepspeed_level(deepspeed: Any) -> int:
+    """The ``vector_kernel_level`` of DeepSpeed's loaded op, 0 without one."""
+    return int(deepspeed.vector_kernel_level()) if deepspeed is not None else 0
+
+
 def side_by_side(sizes: tuple[int, ...], rounds: int, gloo: Any, deepspeed: Any, why: str) -> None:
     """Part 1: all_reduce SUM on gloo, ours, DeepSpeed's op and the floor, interleaved."""
     rank, size = dist.get_rank(), dist.get_world_size()
-    levels = {torch.float32: 1, torch.bfloat16: 2}  # what DeepSpeed's TorchBackend requires
-    level = int(deepspeed.vector_kernel_level()) if deepspeed is not None else 0
+    level = deepspeed_level(deepspeed)
     if rank == 0:
         print(
             f"\n## all_reduce SUM side by side, {size} ranks: median (best) us per call, "
@@ -219,7 +240,7 @@ def side_by_side(sizes: tuple[int, ...], rounds: int, gloo: Any, deepspeed: Any,
         print("|---|---|---:|---:|---:|---:|---:|---:|---:|", flush=True)
     notes = []
     for dtype in (torch.float32, torch.bfloat16):
-        ds_ok = deepspeed is not None and level >= levels[dtype]
+        ds_ok = deepspeed is not None and level >= DEEPSPEED_LEVELS[dtype]
         for nbytes in sizes:
             numel = nbytes // torch.tensor([], dtype=dtype).element_size()
             gen = torch.Generator().manual_seed(rank + nbytes)
@@ -236,12 +257,7 @@ def side_by_side(sizes: tuple[int, ...], rounds: int, gloo: Any, deepspeed: Any,
                 raise SystemExit(f"all_reduce {dtype} {label(nbytes)} differs from gloo's")
             if size == 2 and ds_ok and not torch.equal(results["deepspeed"], results["gloo"]):
                 notes.append(f"DeepSpeed's {dtype} {label(nbytes)} result differs from gloo's")
-            samples: dict[str, list[float]] = {name: [] for name in contenders}
-            for _ in range(rounds):  # interleaved; values grow (sums of sums): timing only
-                for name, call in contenders.items():
-                    samples[name].append(time_calls(call, gloo, calls))
-            timed = {name: slowest_rank([statistics.median(v), min(v)], gloo)
-                     for name, v in samples.items()}  # fmt: skip
+            timed = interleaved(contenders, rounds, gloo, calls)  # values grow: timing only
             floor = memory_floor(numel, size, rounds, gloo, dtype, calls)
             if rank == 0:
                 g, o = timed["gloo"], timed["ours"]
@@ -255,7 +271,7 @@ def side_by_side(sizes: tuple[int, ...], rounds: int, gloo: Any, deepspeed: Any,
         if deepspeed is not None and not ds_ok and rank == 0:
             notes.append(
                 f"DeepSpeed skips {dtype}: its kernels need vector_kernel_level "
-                f">= {levels[dtype]} (this CPU: {level})"
+                f">= {DEEPSPEED_LEVELS[dtype]} (this CPU: {level})"
             )
     if rank == 0:
         for note in notes:
@@ -302,27 +318,22 @@ def breakdown(sizes: tuple[int, ...], rounds: int, gloo: Any, deepspeed: Any) ->
     (torch's ``dist.all_reduce`` wrapper, the ProcessGroup's dispatch, our c10d Backend, the
     kernel itself), interleaved with DeepSpeed's op; the differences are each layer's cost."""
     rank = dist.get_rank()
-    level = int(deepspeed.vector_kernel_level()) if deepspeed is not None else 0
+    level = deepspeed_level(deepspeed)
     if rank == 0:
         print("\n## where an all_reduce's time goes: median (best) us per call, the slower rank's")
         print(BREAKDOWN_HEADER)
         print("|---|---|---:|---:|---:|---:|---:|", flush=True)
     for dtype in (torch.float32, torch.bfloat16):
-        ds_ok = deepspeed is not None and level >= (1 if dtype == torch.float32 else 2)
+        ds_ok = deepspeed is not None and level >= DEEPSPEED_LEVELS[dtype]
         for nbytes in (n for n in sizes if n <= 1 << 20):
             tensor = torch.zeros(
                 nbytes // torch.tensor([], dtype=dtype).element_size(), dtype=dtype
             )
             layers = layer_contenders(tensor, ds_ok)
-            calls = max(2, min(400, (8 << 20) // nbytes))
-            samples: dict[str, list[float]] = {name: [] for name, c in layers.items() if c}
-            for name in samples:
-                layers[name](None)  # type: ignore[misc]
-            for _ in range(rounds):  # interleaved, so load changes hit every layer alike
-                for name in samples:
-                    samples[name].append(time_calls(layers[name], gloo, calls))  # type: ignore[arg-type]
-            timed = {name: slowest_rank([statistics.median(v), min(v)], gloo)
-                     for name, v in samples.items()}  # fmt: skip
+            present = {name: call for name, call in layers.items() if call is not None}
+            for call in present.values():
+                call(None)
+            timed = interleaved(present, rounds, gloo, max(2, min(400, (8 << 20) // nbytes)))
             if rank == 0:
                 cells = [cell(*timed.get(name, (None, None))) for name in layers]
                 print(f"| {str(dtype).replace('torch.', '')} | {label(nbytes)} | "

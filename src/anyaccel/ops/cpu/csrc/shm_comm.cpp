@@ -397,6 +397,11 @@ bool oversubscribed_lately() {
   return answer.load(std::memory_order_relaxed);
 }
 
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
+inline bool overlap(uintptr_t a, int64_t a_bytes, uintptr_t b, int64_t b_bytes) {
+  return a_bytes > 0 && b_bytes > 0 && a < b + uintptr_t(b_bytes) && b < a + uintptr_t(a_bytes);
+}
+
 long futex(uint32_t* word, int operation, uint32_t value, const struct timespec* timeout) {
   return syscall(SYS_futex, word, operation, value, timeout, nullptr, 0);
 }
@@ -481,7 +486,23 @@ class Communicator {
   void all_reduce(uintptr_t address, int64_t numel, int dtype_code, int op_code, double timeout,
                   int threads) {
     std::lock_guard<std::mutex> hold(mutex_);
-    all_reduce_held(address, numel, dtype_code, op_code, timeout, threads);
+    check_usable();
+    if (dtype_code < 0 || dtype_code > 2 || op_code < 0 || op_code >= kOps || numel < 0) {
+      throw std::invalid_argument("all_reduce: unknown dtype or op code, or negative size");
+    }
+    const DType dtype = DType(dtype_code);
+    const Op op = Op(op_code);
+    const int64_t elem = int64_t(element_size(dtype));
+    const int64_t chunk_elems = slot_bytes_ / elem;
+    char* data = reinterpret_cast<char*>(address);
+    const auto deadline = deadline_after(timeout);
+    const int64_t total = numel * elem;
+    int64_t offset = 0;
+    do {  // an empty tensor still takes one round, so every rank agrees on the sequence
+      const int64_t count = std::min(chunk_elems, numel - offset);
+      run_round(data + offset * elem, count, total, dtype, op, deadline, timeout, threads);
+      offset += count;
+    } while (offset < numel);
   }
 
   // all_reduce for a caller without Python (anyaccel's c10d Backend), answering as run_native.
@@ -518,29 +539,6 @@ class Communicator {
     return 2;
   }
 
- private:
-  void all_reduce_held(uintptr_t address, int64_t numel, int dtype_code, int op_code,
-                       double timeout, int threads) {
-    check_usable();
-    if (dtype_code < 0 || dtype_code > 2 || op_code < 0 || op_code >= kOps || numel < 0) {
-      throw std::invalid_argument("all_reduce: unknown dtype or op code, or negative size");
-    }
-    const DType dtype = DType(dtype_code);
-    const Op op = Op(op_code);
-    const int64_t elem = int64_t(element_size(dtype));
-    const int64_t chunk_elems = slot_bytes_ / elem;
-    char* data = reinterpret_cast<char*>(address);
-    const auto deadline = deadline_after(timeout);
-    const int64_t total = numel * elem;
-    int64_t offset = 0;
-    do {  // an empty tensor still takes one round, so every rank agrees on the sequence
-      const int64_t count = std::min(chunk_elems, numel - offset);
-      run_round(data + offset * elem, count, total, dtype, op, deadline, timeout, threads);
-      offset += count;
-    } while (offset < numel);
-  }
-
- public:
   // outputs[r] (nbytes each) = rank r's `nbytes` bytes at `in`.
   void all_gather(uintptr_t in, const std::vector<uintptr_t>& outputs, int64_t nbytes, int tag,
                   double timeout, int threads) {
@@ -555,10 +553,9 @@ class Communicator {
     const char* src = reinterpret_cast<const char*>(in);
     std::vector<char> staging;
     bool overlapping = false;
-    for (int r = 0; r < world_size_ && nbytes > 0; ++r) {
+    for (int r = 0; r < world_size_; ++r) {
       const uintptr_t output = outputs[size_t(r)];
-      overlapping |= output < in + uintptr_t(nbytes) && output + uintptr_t(nbytes) > in &&
-                     !(r == rank_ && output == in);
+      overlapping |= overlap(output, nbytes, in, nbytes) && !(r == rank_ && output == in);
     }
     if (overlapping) {
       staging.assign(src, src + nbytes);
@@ -620,9 +617,8 @@ class Communicator {
     // into a buffer of its own and copies it out at the end, so its sums are gloo's. Exactly in
     // place, or apart, needs none.
     const int64_t out_bytes = numel * elem;
-    const bool staged = out_bytes > 0 && out < in + uintptr_t(total) &&
-                        out + uintptr_t(out_bytes) > in &&
-                        out != in + uintptr_t(rank_ * out_bytes);
+    const bool staged =
+        overlap(out, out_bytes, in, total) && out != in + uintptr_t(rank_ * out_bytes);
     std::vector<char> staging(staged ? size_t(out_bytes) : 0);
     char* dst = staged ? staging.data() : reinterpret_cast<char*>(out);
     int64_t offset = 0;
