@@ -8,8 +8,8 @@
 // reduce_scatter_tensor (every ZeRO-3 and FSDP step) and broadcast run here without Python:
 // straight into the shared-memory communicator (through the C entries its module hands over)
 // and back with a completed Work. The list forms of all_gather and reduce_scatter, barrier, and
-// every call the kernel cannot take as it comes (other dtypes and ops, several, non-contiguous
-// or overlapping tensors, no segment) are forwarded with the GIL to the Python ShmProcessGroup
+// every call the kernel cannot take as it comes (other dtypes and ops, several or
+// non-contiguous tensors, no segment) are forwarded with the GIL to the Python ShmProcessGroup
 // (shared memory, and its own gloo fallbacks and checks); every other call goes straight to
 // that group's gloo backend, as the Python group's registered backend does.
 
