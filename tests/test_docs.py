@@ -199,3 +199,48 @@ def test_a_nav_page_missing_fails_the_strict_docs_build(tmp_path: Path) -> None:
     assert "faq.md" in failed.stdout + failed.stderr
     intact = build_docs(copy_of_the_docs(tmp_path / "intact"), tmp_path)
     assert intact.returncode == 0, intact.stdout[-3000:] + intact.stderr[-3000:]
+
+
+def _fenced(page: Path, language: str) -> list[str]:
+    """The bodies of ``page``'s fenced blocks in ``language``, in order."""
+    found = re.findall(rf"^```{language}\n(.*?)^```$", page.read_text(), re.M | re.S)
+    return [str(body) for body in found]
+
+
+def test_the_readme_ci_recipe_is_a_valid_github_actions_job(tmp_path: Path) -> None:
+    # The job a newcomer pastes under `jobs:` of a workflow: valid against GitHub's schema,
+    # pre-building the native parts and running pytest on the emulated device.
+    (job,) = _fenced(ROOT / "README.md", "yaml")
+    assert "anyaccel ops --build all" in job and "--anyaccel-emulated=" in job
+    assert "TORCH_EXTENSIONS_DIR" in job and "actions/cache" in job
+    if shutil.which("check-jsonschema") is None and not _has_module("check_jsonschema"):
+        pytest.skip("check-jsonschema is not installed (the dev extra has it)")
+    workflow = tmp_path / "recipe.yml"
+    workflow.write_text("name: recipe\non: [push]\njobs:\n" + job)
+    result = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
+         str(workflow)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def test_the_readme_device_bug_commands_name_real_scripts_and_their_error() -> None:
+    # The README's failing example and its fixed twin are scripts of examples/device_bugs,
+    # and the error it promises is the one the buggy script declares (and its test checks).
+    text = "\n".join(_fenced(ROOT / "README.md", "bash"))
+    scripts = re.findall(r"python (examples/device_bugs/\S+\.py)", text)
+    assert "examples/device_bugs/batch_not_moved.py" in scripts
+    assert "examples/device_bugs/batch_not_moved_fixed.py" in scripts
+    for script in scripts:
+        assert (ROOT / script).is_file(), script
+    buggy = (ROOT / "examples/device_bugs/batch_not_moved.py").read_text()
+    expected = re.search(r'EXPECTED_ERROR = "(.*)"', buggy)
+    assert expected is not None and expected.group(1) in text
+    assert "--anyaccel-emulated=npu:2" in text and "ANYACCEL_EMULATED=npu:2" in text
