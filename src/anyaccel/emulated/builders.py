@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from anyaccel.emulated.spec import MAX_DEVICES
 from anyaccel.emulated.state import torch_problem, torch_version
 from anyaccel.ops.builder import Compatibility, OpBuilder
 
@@ -17,9 +18,11 @@ CSRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
 class EmulatedDeviceBuilder(OpBuilder):
     """torch's PrivateUse1 device in host memory (``csrc/emulated_device.cpp``).
 
-    One translation unit: allocator, device guard, hooks, generator, the boxed CPU fallback and
-    the kernels a fallback cannot provide. Loading it registers them with torch, so it is built
-    and loaded only when the emulated device is installed.
+    One translation unit including one header per concern (``devices.h``, ``allocator.h``,
+    ``generator.h``, ``guard.h``, ``hooks.h``, ``host_alias.h``, ``fallback.h``, ``kernels.h``,
+    ``autocast.h``): torch's headers are most of a build, so they are compiled once. Loading it
+    registers the guard, the fallback and the kernels with torch, so it is built and loaded only
+    when the emulated device is installed (or pre-built: ``anyaccel ops --build``).
     """
 
     NAME = "emulated_device"
@@ -28,10 +31,22 @@ class EmulatedDeviceBuilder(OpBuilder):
         """The one translation unit."""
         return [os.path.join(CSRC_DIR, "emulated_device.cpp")]
 
+    def depends(self) -> list[str]:
+        """The headers the translation unit includes (their contents enter the build hash)."""
+        return sorted(
+            os.path.join(CSRC_DIR, name) for name in os.listdir(CSRC_DIR) if name.endswith(".h")
+        )
+
     def cxx_args(self) -> list[str]:
-        """-O2, and torch's version for the ``#if`` around interfaces that changed."""
+        """-O2, torch's version for the ``#if`` around interfaces that changed, and the size of
+        the device table (``MAX_DEVICES``, defined once in ``spec``)."""
         major, minor = torch_version()
-        return ["-O2", f"-DANYACCEL_TORCH_MAJOR={major}", f"-DANYACCEL_TORCH_MINOR={minor}"]
+        return [
+            "-O2",
+            f"-DANYACCEL_TORCH_MAJOR={major}",
+            f"-DANYACCEL_TORCH_MINOR={minor}",
+            f"-DANYACCEL_EMULATED_MAX_DEVICES={MAX_DEVICES}",
+        ]
 
     def platform_compatibility(self) -> Compatibility:
         """Any platform torch builds extensions on, with torch at least ``MINIMUM_TORCH``."""
