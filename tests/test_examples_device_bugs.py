@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from anyaccel.ops.emulated.runtime import MINIMUM_TORCH
+from anyaccel.emulated.state import MINIMUM_TORCH
 
 CORPUS = Path(__file__).resolve().parents[1] / "examples" / "device_bugs"
 SOURCE = Path(__file__).resolve().parents[1] / "src"

@@ -38,14 +38,24 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "anyaccel.porting",
         ),
     ),
-    ("guard and kernels", ("anyaccel.guard", "anyaccel.deepspeed_abc", "anyaccel.ops")),
+    (
+        "guard and kernels",
+        ("anyaccel.guard", "anyaccel.deepspeed_abc", "anyaccel.ops", "anyaccel.emulated"),
+    ),
     ("contract", ("anyaccel.abstract", "anyaccel.contract")),
-    ("backends", ("anyaccel.backends", "anyaccel.plugins")),
+    ("backends", ("anyaccel.backends", "anyaccel.plugins", "anyaccel.emulated.accelerator")),
     ("registry", ("anyaccel.registry",)),
     ("detection", ("anyaccel.detection",)),
     (
         "face",
-        ("anyaccel", "anyaccel.integrations", "anyaccel.distributed", "anyaccel.testing"),
+        (
+            "anyaccel",
+            "anyaccel.integrations",
+            "anyaccel.distributed",
+            "anyaccel.testing",
+            "anyaccel.emulated.collectives",
+            "anyaccel.emulated.vendors",
+        ),
     ),
     ("cli", ("anyaccel.cli", "anyaccel.__main__")),
 )

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import torch
 
-from anyaccel.ops.emulated.runtime import MINIMUM_TORCH
+from anyaccel.emulated.state import MINIMUM_TORCH
+from anyaccel.emulated.vendors.processes import EMULATED_VENDORS, parse_simulation, simulation_for
 from anyaccel.testing.simulated.__main__ import main as runner_main
-from anyaccel.testing.simulated.emulated import EMULATED_VENDORS, parse_simulation, simulation_for
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).with_name("vendor_probe.py")
@@ -97,7 +97,7 @@ def _run(
 def test_the_runner_refuses_bad_arguments_with_usage_and_installs_nothing(
     argv: list[str], words: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from anyaccel.ops.emulated.core import installed_spec
+    from anyaccel.emulated.state import installed_spec
 
     assert runner_main(argv) == 2
     error = capsys.readouterr().err

@@ -85,12 +85,12 @@ BUILTIN_CANDIDATES: tuple[BackendCandidate, ...] = (
     _builtin("cuda", "cuda (torch CUDA/ROCm build)", 900, "cuda", "CudaAccelerator"),
     # chosen only when asked for (DS_ACCELERATOR=emulated, or installed in this process); before
     # generic, which would otherwise take an installed emulated device for an unknown one
-    _builtin(
+    BackendCandidate(
         "emulated",
         "emulated (host memory)",
         940,
-        "emulated",
-        "EmulatedAccelerator",
+        "anyaccel.emulated.accelerator:probe",
+        "anyaccel.emulated.accelerator:EmulatedAccelerator",
         creation_seconds=EMULATED_CREATION_SECONDS,
     ),
     _builtin("generic", "generic (torch.accelerator)", 950, "generic", "GenericAccelerator"),

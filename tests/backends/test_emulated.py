@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from anyaccel.backends.emulated import (
+from anyaccel.emulated.accelerator import (
     DEFAULT_COMMUNICATION_BACKEND,
     _communication_backend,
     probe,

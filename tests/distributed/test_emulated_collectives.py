@@ -14,11 +14,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from anyaccel.distributed import emulated
 from anyaccel.distributed.errors import DistributedSetupError
-from anyaccel.ops.emulated.collectives import register_collectives, registered_collectives
-from anyaccel.ops.emulated.core import EmulatedDeviceError
-from anyaccel.ops.emulated.runtime import MINIMUM_TORCH
+from anyaccel.emulated import collectives
+from anyaccel.emulated.collective_registration import register_collectives, registered_collectives
+from anyaccel.emulated.state import MINIMUM_TORCH, EmulatedDeviceError
 
 from .ranks import finish, multiprocess, start_ranks
 
@@ -76,9 +75,9 @@ def test_a_backend_class_that_cannot_be_built_is_named_with_the_remedy(
     def broken() -> None:
         raise OpBuildError("g++ failed: host_view_backend.cpp:1: error")
 
-    monkeypatch.setattr(emulated, "_backend_module", broken)
+    monkeypatch.setattr(collectives, "_backend_module", broken)
     with pytest.raises(DistributedSetupError, match=r"'hccl'.*'npu'.*g\+\+ failed.*ninja"):
-        emulated.create_backend("npu", "hccl", None, 0, 1, None)  # type: ignore[arg-type]
+        collectives.create_backend("npu", "hccl", None, 0, 1, None)  # type: ignore[arg-type]
 
 
 # --- real ranks: every collective through the backend against gloo ----------------------------
@@ -91,7 +90,7 @@ AGAINST_GLOO = textwrap.dedent(
     device_type, name = sys.argv[1], sys.argv[2]
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if device_type == "cpu":
-        from anyaccel.ops.emulated.collectives import register_collectives
+        from anyaccel.emulated.collective_registration import register_collectives
         register_collectives("cpu", name)
         dev = torch.device("cpu")
     else:
@@ -386,7 +385,7 @@ def test_installing_registers_the_backend_or_warns_why_not() -> None:
         """
         import logging, sys
         logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
-        from anyaccel.ops.emulated.collectives import registered_collectives
+        from anyaccel.emulated.collective_registration import registered_collectives
         from anyaccel.testing.emulated import install
         accelerator = install(sys.argv[1], 1)
         print(accelerator.communication_backend_name(), registered_collectives())

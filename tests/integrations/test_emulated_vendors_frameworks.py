@@ -30,7 +30,7 @@ import torch
 from anyaccel.backends.mlu import MluAccelerator
 from anyaccel.backends.musa import MusaAccelerator
 from anyaccel.backends.sdaa import SdaaAccelerator
-from anyaccel.ops.emulated.runtime import MINIMUM_TORCH
+from anyaccel.emulated.state import MINIMUM_TORCH
 from anyaccel.ops.jit.toolchain import toolchain_problem
 
 from .conftest import finish_launch, ours_then_this_runs_path

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from anyaccel.ops.emulated.runtime import MINIMUM_TORCH
+from anyaccel.emulated.state import MINIMUM_TORCH
 from anyaccel.ops.jit.plan import EXTENSIONS_DIR_ENV, extensions_root
 
 pytest_plugins = ["pytester"]

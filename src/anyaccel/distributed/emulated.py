@@ -1,60 +1,10 @@
-"""The emulated accelerator's collective backend: a c10d ``Backend`` over its host memory.
+"""The emulated accelerator's collective backend, documented here: ``create_backend``.
 
-torch calls :func:`create_backend` (through ``anyaccel.ops.emulated.collectives``, which
-registers the name) on every rank of a group that uses the emulated device's backend (``hccl``
-where it stands in for npu, ``emuccl`` otherwise). The ``Backend`` (``HostViewBackendBuilder``)
-runs each collective on CPU views of the device tensors through an ``anyaccel_shm`` group:
-shared-memory kernels for what they run, gloo for the rest, so results are gloo's. Like the real
-backend it takes the device's tensors only, and names a CPU tensor handed to it.
+It lives in :mod:`anyaccel.emulated.collectives`, with the rest of the emulated device.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any
-
-from anyaccel.distributed.errors import DistributedSetupError
+from anyaccel.emulated.collectives import create_backend
 
 __all__ = ["create_backend"]
-
-
-def _backend_module() -> Any:
-    """The compiled ``HostViewBackendBuilder`` module (built on first use)."""
-    from anyaccel.ops.cpu.host_view_backend import HostViewBackendBuilder
-
-    return HostViewBackendBuilder().load()
-
-
-def _host_backend(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
-    """The CPU ``Backend`` that runs the collectives: an ``anyaccel_shm`` group's.
-
-    Its shared-memory kernels where the ranks share a node, its gloo group for the rest (and
-    for every collective when they do not).
-    """
-    from anyaccel.distributed.shm.backend import ShmProcessGroup
-    from anyaccel.ops.cpu.shm_backend import ShmBackendBuilder
-
-    group = ShmProcessGroup(store, rank, size, timeout)
-    return ShmBackendBuilder().load().ShmBackend(rank, size, group, group.gloo)
-
-
-def create_backend(
-    device_type: str, name: str, store: Any, rank: int, size: int, timeout: timedelta
-) -> Any:
-    """The c10d ``Backend`` for ``device_type``'s tensors on one rank of a new group.
-
-    Raises ``DistributedSetupError`` when anyaccel's c10d classes cannot be built here.
-    """
-    from anyaccel.ops.errors import OpError
-
-    try:
-        module = _backend_module()
-        host = _host_backend(store, rank, size, timeout)
-    except OpError as exc:
-        raise DistributedSetupError(
-            f"the {name!r} backend of the emulated {device_type!r} device needs anyaccel's "
-            f"c10d backend classes, which could not be built here: {exc}. Install a C++ "
-            "compiler and ninja (`anyaccel ops --build HostViewBackendBuilder "
-            "ShmBackendBuilder` shows the build)"
-        ) from exc
-    return module.HostViewBackend(rank, size, device_type, name, host)

@@ -104,7 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if spec:
         os.environ[_SPEC_ENV] = spec
     from anyaccel import reset_accelerator, set_accelerator
-    from anyaccel.ops.emulated.settings import spec_from_environment
+    from anyaccel.emulated.spec import spec_from_environment
     from anyaccel.testing.emulated import install
 
     try:  # installed here, not under detection's time limit: a first use builds the device

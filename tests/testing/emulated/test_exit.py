@@ -1,4 +1,4 @@
-"""The exit drain of the emulated device (anyaccel.ops.emulated.shutdown).
+"""The exit drain of the emulated device (anyaccel.emulated.shutdown).
 
 Without it a process that ran backward on the device can abort at shutdown ("terminate called
 without an active exception": torch's device autograd thread drops the finished graph after
@@ -16,7 +16,7 @@ import textwrap
 import pytest
 import torch
 
-from anyaccel.ops.emulated.runtime import MINIMUM_TORCH
+from anyaccel.emulated.state import MINIMUM_TORCH
 
 from .worker import run_python
 
@@ -52,7 +52,7 @@ def test_the_drain_runs_every_devices_autograd_thread_and_keeps_its_tensors() ->
         import json
         from anyaccel.testing.emulated import install
         install(device_count=3)
-        from anyaccel.ops.emulated import shutdown
+        from anyaccel.emulated import shutdown
         shutdown.drain_autograd_threads("emu", 3)
         kept = shutdown._kept
         print(json.dumps([[str(t.device), t.requires_grad, t.grad is not None] for t in kept]))
@@ -74,7 +74,7 @@ def test_a_failing_drain_at_exit_is_silent_and_the_exit_code_stays() -> None:
         import sys
         from anyaccel.testing.emulated import install
         install(device_count=1)
-        from anyaccel.ops.emulated import shutdown
+        from anyaccel.emulated import shutdown
         def broken(*args):
             raise RuntimeError("drain exploded")
         shutdown.drain_autograd_threads = broken
@@ -93,7 +93,7 @@ def test_a_drain_that_never_returns_delays_exit_by_the_timeout_only() -> None:
         import sys, threading
         from anyaccel.testing.emulated import install
         install(device_count=1)
-        from anyaccel.ops.emulated import shutdown
+        from anyaccel.emulated import shutdown
         shutdown.DRAIN_TIMEOUT = 0.5
         shutdown.drain_autograd_threads = lambda *args: threading.Event().wait()  # a stuck thread
         sys.exit(4)

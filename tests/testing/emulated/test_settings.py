@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from anyaccel.errors import InvalidSettingError
-from anyaccel.ops.emulated.settings import (
+from anyaccel.emulated.spec import (
     EMULATED_ENV,
     EmulatedSpec,
     parse_capacity,
     spec_from_environment,
 )
+from anyaccel.errors import InvalidSettingError
 
 
 @pytest.mark.parametrize(

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from anyaccel.emulated.builders import HostViewBackendBuilder
 from anyaccel.ops.cpu import host_builders
 from anyaccel.ops.cpu.builder import CPUOpBuilder
 from anyaccel.ops.cpu.host_builders import *  # noqa: F403  (the one list of host-side builders)
-from anyaccel.ops.cpu.host_view_backend import HostViewBackendBuilder
 from anyaccel.ops.cpu.shm_backend import ShmBackendBuilder
 from anyaccel.ops.cpu.shm_comm import ShareMemCommBuilder
 

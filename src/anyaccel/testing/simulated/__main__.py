@@ -19,7 +19,7 @@ import os
 import runpy
 import sys
 
-from anyaccel.testing.simulated.emulated import (
+from anyaccel.emulated.vendors.processes import (
     EMULATED_VENDORS,
     enter_for_process,
     parse_simulation,

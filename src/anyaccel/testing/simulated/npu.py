@@ -10,8 +10,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from anyaccel.emulated.vendors.modules import emulated_module
 from anyaccel.testing.simulated.device_module import SimulatedDeviceModule
-from anyaccel.testing.simulated.emulated import emulated_module
 from anyaccel.testing.simulated.patching import (
     AUTOLOAD_ENV,
     installed,

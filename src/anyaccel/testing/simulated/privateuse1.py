@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
+from anyaccel.emulated.vendors.modules import emulated_module
 from anyaccel.testing.simulated.cuda import with_torch_amp
 from anyaccel.testing.simulated.device_module import SimulatedDeviceModule
-from anyaccel.testing.simulated.emulated import emulated_module
 from anyaccel.testing.simulated.patching import Patch, installed, package_module
 
 __all__ = ["simulate_mlu", "simulate_musa", "simulate_sdaa", "simulate_supa"]

@@ -2,7 +2,8 @@
 
 Nothing here runs at import: ``install`` builds (once, cached) and loads the native core, names
 PrivateUse1 after the chosen device type and registers ``torch.<type>``. torch lets a process
-name PrivateUse1 once, so a process has one emulated device type, installed once.
+name PrivateUse1 once, so a process has one emulated device type, installed once (the rule and
+its message are ``state.check_installable``'s).
 """
 
 from __future__ import annotations
@@ -10,15 +11,17 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from anyaccel.forksafe import ForkSafeLock
-from anyaccel.ops.emulated.core import (
+from anyaccel.emulated.spec import EmulatedSpec
+from anyaccel.emulated.state import (
+    MINIMUM_TORCH,
     EmulatedDeviceError,
+    check_installable,
     installed_spec,
     native,
-    set_installed,
-    set_native,
+    record_installed,
+    record_native,
 )
-from anyaccel.ops.emulated.settings import EmulatedSpec
+from anyaccel.forksafe import ForkSafeLock
 
 if TYPE_CHECKING:
     import torch
@@ -33,36 +36,7 @@ __all__ = [
     "native",
 ]
 
-#: The oldest torch the native core is built and tested against: its PrivateUse1 hooks,
-#: device guard and allocator interfaces changed release by release before it.
-MINIMUM_TORCH = (2, 13)
-
 _lock = ForkSafeLock()
-
-
-def _torch_version() -> tuple[int, int]:
-    import torch
-
-    major, minor = (int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
-    return major, minor
-
-
-def _check_privateuse1_free(device_type: str) -> None:
-    import torch
-
-    current = torch._C._get_privateuse1_backend_name()
-    if current not in ("privateuseone", device_type):
-        raise EmulatedDeviceError(
-            f"torch's PrivateUse1 device already belongs to {current!r} in this process, so it "
-            f"cannot become the emulated {device_type!r}; install the emulated device in a "
-            f"process that has not loaded {current!r}'s runtime, or name it {current!r}"
-        )
-    existing = getattr(torch, device_type, None)
-    if current == "privateuseone" and existing is not None:
-        raise EmulatedDeviceError(
-            f"torch.{device_type} already exists (another runtime registered it), so the emulated "
-            f"device cannot take the name {device_type!r}; choose another device_type"
-        )
 
 
 def install(spec: EmulatedSpec) -> ModuleType:
@@ -72,38 +46,21 @@ def install(spec: EmulatedSpec) -> ModuleType:
     ``MINIMUM_TORCH``, when PrivateUse1 already belongs to another name, or when this process
     installed a different spec; the native build's ``OpError`` when it cannot be built.
     """
-    with _lock:
-        installed = installed_spec()
-        if installed is not None:
-            if installed != spec:
-                raise EmulatedDeviceError(
-                    f"this process already installed the emulated device as {installed}; it "
-                    f"cannot also be {spec} (torch names PrivateUse1 once per process): run "
-                    "the other configuration in its own process"
-                )
-            import torch
+    import torch
 
+    with _lock:
+        if check_installable(spec):
             module: ModuleType = getattr(torch, spec.device_type)
             return module
-        version = _torch_version()
-        if version < MINIMUM_TORCH:
-            import torch
-
-            raise EmulatedDeviceError(
-                f"the emulated device needs torch >= {MINIMUM_TORCH[0]}.{MINIMUM_TORCH[1]} "
-                f"(its PrivateUse1 hooks and device guard interfaces); this is torch "
-                f"{torch.__version__}: upgrade torch to use it"
-            )
-        _check_privateuse1_free(spec.device_type)
-        from anyaccel.ops.emulated.builder import EmulatedDeviceBuilder
+        from anyaccel.emulated.builders import EmulatedDeviceBuilder
 
         loaded = EmulatedDeviceBuilder().load()
         capacity = -1 if spec.memory_capacity is None else int(spec.memory_capacity)
         loaded.configure(spec.device_count, capacity)
-        set_native(loaded)
+        record_native(loaded)
         module = _register_torch_names(spec)
-        set_installed(spec)
-        from anyaccel.ops.emulated.shutdown import register_exit_drain
+        record_installed(spec)
+        from anyaccel.emulated.shutdown import register_exit_drain
 
         register_exit_drain(spec.device_type, spec.device_count)  # see its module: no abort
         return module
@@ -117,20 +74,20 @@ def _register_torch_names(spec: EmulatedSpec) -> ModuleType:
         rename_privateuse1_backend,
     )
 
-    from anyaccel.ops.emulated import device_module
-    from anyaccel.ops.emulated.inductor import refuse_inductor
+    from anyaccel.emulated import torch_module
+    from anyaccel.emulated.inductor import refuse_inductor
 
     if torch._C._get_privateuse1_backend_name() != spec.device_type:
         rename_privateuse1_backend(spec.device_type)
-    if getattr(torch, spec.device_type, None) is not device_module:
-        torch._register_device_module(spec.device_type, device_module)  # type: ignore[no-untyped-call]
-    device_module._attach(spec)
+    if getattr(torch, spec.device_type, None) is not torch_module:
+        torch._register_device_module(spec.device_type, torch_module)  # type: ignore[no-untyped-call]
+    torch_module.attach()
     refuse_inductor(spec.device_type)
     if not hasattr(torch.Tensor, spec.device_type):
         generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )
-    return device_module
+    return torch_module
 
 
 def host_view(tensor: torch.Tensor) -> torch.Tensor:

@@ -1,12 +1,13 @@
-"""The emulated device's collectives: its ``torch.distributed`` backend, registered by name.
+"""The emulated device's collective backend, registered with torch by name.
 
 ``register_collectives("npu", "hccl")`` (the emulated accelerator calls it when it installs the
 device, with the name its data sheet gives: ``hccl`` for npu, ``emuccl`` for a type that stands
 in for no vendor) registers the name with torch for that device type only, as a vendor's
 runtime does, so ``init_process_group("hccl")`` and ``DDP(model.to("npu:0"), device_ids=[0])``
 run unchanged. Registering is cheap: the c10d classes are built when the first group is made,
-by ``anyaccel.distributed.emulated.create_backend`` (named here as a string: that module lives
-above this layer).
+by ``anyaccel.emulated.collectives.create_backend``. That module is named here as a string: it
+builds the backend over an ``anyaccel_shm`` group (``anyaccel.distributed``, the face layer),
+while this registration runs when the accelerator (the backends layer) installs the device.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from anyaccel.emulated.state import EmulatedDeviceError
 from anyaccel.forksafe import ForkSafeLock
-from anyaccel.ops.emulated.core import EmulatedDeviceError
 
 __all__ = ["BACKEND_FACTORY", "register_collectives", "registered_collectives"]
 
 logger = logging.getLogger(__name__)
 
 #: Makes a rank's c10d ``Backend``: ``factory(device_type, name, store, rank, size, timeout)``.
-BACKEND_FACTORY = "anyaccel.distributed.emulated:create_backend"
+BACKEND_FACTORY = "anyaccel.emulated.collectives:create_backend"
 #: torch's own backend names: torch builds these itself, a plugin cannot take them.
 TORCH_BACKENDS = frozenset({"gloo", "nccl", "mpi", "ucc", "xccl", "fake", "undefined"})
 

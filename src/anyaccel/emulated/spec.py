@@ -21,7 +21,8 @@ __all__ = [
 EMULATED_ENV = "ANYACCEL_EMULATED"
 #: The device type when none is named.
 DEFAULT_DEVICE_TYPE = "emu"
-#: The most devices one process may emulate (the native core's table size).
+#: The most devices one process may emulate: the native core's table size (its builder passes
+#: it to the compiler, so this is its one definition).
 MAX_DEVICES = 64
 
 _FORMAT = "<type>:<count>[:<capacity>], e.g. 'emu:2' or 'npu:8:16GiB'"

@@ -1,4 +1,4 @@
-"""Simulated vendor runtimes over the emulated device: the vendor's API, real tensors on its type.
+"""A simulated vendor's device module over the emulated device: the vendor's API, real tensors.
 
 ``simulate_npu(emulated=True)`` (and mlu, sdaa, musa, supa) installs anyaccel's emulated device
 under the vendor's device type, then attaches a vendor device module whose device state (count,
@@ -10,8 +10,6 @@ anyaccel's own vendor backend (``NpuAccelerator``) drives it, unchanged.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,25 +20,7 @@ from anyaccel.testing.simulated.device_module import (
     SimulatedDeviceProperties,
 )
 
-__all__ = [
-    "EMULATED_VENDORS",
-    "SIMULATED_ENV",
-    "EmulatedBacking",
-    "emulated_module",
-    "enter_for_process",
-    "install_backing",
-    "parse_simulation",
-    "propagate_to_children",
-    "simulation_for",
-]
-
-#: The simulation (``VENDOR[:COUNT]``) the processes a simulated script starts enter at startup.
-SIMULATED_ENV = "ANYACCEL_SIMULATED"
-#: The folder holding the ``sitecustomize`` that enters it.
-SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
-
-#: The simulated vendors whose device is a PrivateUse1 device, so the emulation can be theirs.
-EMULATED_VENDORS = ("npu", "mlu", "sdaa", "musa", "supa")
+__all__ = ["EmulatedBacking", "emulated_module", "install_backing"]
 
 
 def install_backing(device_type: str, device_count: int) -> Any:
@@ -50,11 +30,11 @@ def install_backing(device_type: str, device_count: int) -> Any:
     process-wide and stay after the simulation ends: torch names PrivateUse1 once per process.
     Raises ``EmulatedDeviceError`` when this process installed another type or count.
     """
-    from anyaccel.ops.emulated import device_module
-    from anyaccel.testing.emulated import install
+    from anyaccel.emulated import torch_module
+    from anyaccel.emulated.accelerator import install
 
     install(device_type=device_type, device_count=device_count)
-    return device_module
+    return torch_module
 
 
 class EmulatedBacking(SimulatedDeviceModule):
@@ -215,76 +195,3 @@ def emulated_module(
     module = cls(*args, device_count=device_count, **kwargs)
     EmulatedBacking._attach_backing(module, backing)  # by the class: no call is recorded
     return module
-
-
-def parse_simulation(spec: str) -> tuple[str, int]:
-    """``VENDOR[:COUNT]`` (``npu:2``; two devices by default) as ``(vendor, count)``.
-
-    Checks only; installs nothing. Raises ``ValueError`` naming the bad part and what is accepted.
-    """
-    vendor, _, count_text = spec.partition(":")
-    if vendor not in EMULATED_VENDORS:
-        raise ValueError(
-            f"{vendor!r} is not a simulated vendor that can run on emulated devices; use one of "
-            f"{', '.join(EMULATED_VENDORS)} (cuda, xpu and hpu are torch's own device types, "
-            "which PrivateUse1 cannot take)"
-        )
-    try:
-        count = int(count_text) if count_text else 2
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise ValueError(f"device count {count_text!r} in {spec!r} is not a positive integer")
-    return vendor, count
-
-
-def simulation_for(spec: str) -> contextlib.AbstractContextManager[SimulatedDeviceModule]:
-    """The emulated simulation ``VENDOR[:COUNT]`` names (see :func:`parse_simulation`).
-
-    For some vendors making it installs the devices already (torch names them once per
-    process); check a spec with :func:`parse_simulation` alone.
-    """
-    vendor, count = parse_simulation(spec)
-    from anyaccel.testing import simulated
-
-    simulate: Any = getattr(simulated, f"simulate_{vendor}")
-    manager: contextlib.AbstractContextManager[SimulatedDeviceModule] = simulate(
-        count, emulated=True
-    )
-    return manager
-
-
-_process_simulation: tuple[str, contextlib.ExitStack] | None = None
-
-
-def enter_for_process(spec: str) -> None:
-    """Enter the simulation ``spec`` names for the rest of this process (once; idempotent).
-
-    Raises ``ValueError`` for a bad ``spec`` and ``EmulatedDeviceError`` when this process
-    already entered another one (torch names PrivateUse1 once per process).
-    """
-    global _process_simulation
-    if _process_simulation is not None:
-        entered, _ = _process_simulation
-        if entered != spec:
-            from anyaccel.ops.emulated.core import EmulatedDeviceError
-
-            raise EmulatedDeviceError(
-                f"this process already runs the simulation {entered!r}; it cannot also run "
-                f"{spec!r} (start another process for it)"
-            )
-        return
-    stack = contextlib.ExitStack()
-    stack.enter_context(simulation_for(spec))
-    _process_simulation = (spec, stack)
-
-
-def propagate_to_children(spec: str) -> None:
-    """Make the Python processes this one starts enter ``spec`` at startup, as it did.
-
-    Sets ``ANYACCEL_SIMULATED`` and puts the folder of its ``sitecustomize`` first on
-    ``PYTHONPATH`` (a ``sitecustomize`` of the user's own is then shadowed in those children).
-    """
-    os.environ[SIMULATED_ENV] = spec
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != SITE_DIR]
-    os.environ["PYTHONPATH"] = os.pathsep.join([SITE_DIR, *paths])

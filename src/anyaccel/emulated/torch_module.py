@@ -2,6 +2,7 @@
 
 Registered with ``torch._register_device_module`` by ``install``; every function reads the
 native core, so the figures are the device's own (memory per device, generators, streams).
+The installed spec is ``state``'s (its one holder); this module keeps only the generators.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from typing import Any
 
 import torch
 
-from anyaccel.ops.emulated.core import native
-from anyaccel.ops.emulated.settings import EmulatedSpec
+from anyaccel.emulated.state import installed_spec, native
 
 __all__ = [
     "Event",
@@ -57,9 +57,7 @@ __all__ = [
 Stream = torch.Stream
 Event = torch.Event
 
-#: The spec installed (set by ``_attach``).
-_spec: EmulatedSpec | None = None
-#: Each device's default generator, in index order (set by ``_attach``).
+#: Each device's default generator, in index order (set by ``attach``).
 default_generators: tuple[torch.Generator, ...] = ()
 
 
@@ -67,15 +65,15 @@ def _native() -> Any:
     return native()
 
 
-def _attach(spec: EmulatedSpec) -> None:
-    """Bind this module to the installed spec (called once by ``install``)."""
-    global _spec, default_generators
-    _spec = spec
-    default_generators = tuple(_native().default_generator(i) for i in range(spec.device_count))
+def attach() -> None:
+    """Take each device's default generator from the native core (called once by ``install``)."""
+    global default_generators
+    count = int(_native().device_count())
+    default_generators = tuple(_native().default_generator(i) for i in range(count))
 
 
 def _type() -> str:
-    return _spec.device_type if _spec is not None else "privateuseone"
+    return torch._C._get_privateuse1_backend_name()
 
 
 def _index(device: torch.device | str | int | None = None, optional: bool = True) -> int:
@@ -113,12 +111,12 @@ _utils = _Utils()
 # ------------------------------------------------------------------------------- devices
 def is_available() -> bool:
     """Whether the emulated devices exist (true once installed)."""
-    return _spec is not None
+    return installed_spec() is not None
 
 
 def is_initialized() -> bool:
     """Whether the device runtime is initialised (it is, once installed)."""
-    return _spec is not None
+    return installed_spec() is not None
 
 
 def _lazy_init() -> None:

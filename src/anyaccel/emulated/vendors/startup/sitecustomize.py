@@ -10,6 +10,6 @@ from __future__ import annotations
 import os
 
 if os.environ.get("ANYACCEL_SIMULATED"):
-    from anyaccel.testing.simulated.emulated import SIMULATED_ENV, enter_for_process
+    from anyaccel.emulated.vendors.processes import SIMULATED_ENV, enter_for_process
 
     enter_for_process(os.environ[SIMULATED_ENV])

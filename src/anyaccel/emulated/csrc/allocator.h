@@ -1,0 +1,183 @@
+// Device memory: host memory counted per device (and optionally capped, with CUDA's
+// out-of-memory error), its allocators, storage resizing, and pinned host memory.
+// Compiled through emulated_device.cpp.
+#pragma once
+
+#include "devices.h"
+
+namespace anyaccel {
+namespace emulated {
+namespace {
+
+struct MemoryCounters {
+  int64_t allocated = 0;        // bytes held by live allocations
+  int64_t peak_allocated = 0;   // since start or the last reset
+  int64_t allocations = 0;      // live allocations
+  int64_t peak_allocations = 0;
+  int64_t alloc_count = 0;      // allocations made
+  int64_t free_count = 0;       // allocations released
+  int64_t oom_count = 0;        // allocations refused for capacity
+  int64_t capacity = -1;        // bytes, or -1 for no limit
+};
+
+std::mutex g_memory_mutex;
+MemoryCounters g_memory[kMaxDevices];
+
+// Sizes as CUDA's allocator prints them.
+std::string format_size(int64_t bytes) {
+  char text[64];
+  if (bytes <= 1024) {
+    std::snprintf(text, sizeof(text), "%lld bytes", static_cast<long long>(bytes));
+  } else if (bytes <= 1048576) {
+    std::snprintf(text, sizeof(text), "%.2f KiB", bytes / 1024.0);
+  } else if (bytes <= 1073741824) {
+    std::snprintf(text, sizeof(text), "%.2f MiB", bytes / 1048576.0);
+  } else {
+    std::snprintf(text, sizeof(text), "%.2f GiB", bytes / 1073741824.0);
+  }
+  return text;
+}
+
+// Count `bytes` against device `index`, or raise torch.OutOfMemoryError as CUDA does.
+void reserve(DeviceIndex index, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_memory_mutex);
+  MemoryCounters& memory = g_memory[index];
+  const int64_t asked = static_cast<int64_t>(bytes);
+  if (memory.capacity >= 0 && memory.allocated + asked > memory.capacity) {
+    memory.oom_count += 1;
+    const int64_t free_bytes = memory.capacity - memory.allocated;
+    TORCH_CHECK_WITH(OutOfMemoryError, false, backend_name(), " out of memory. Tried to allocate ",
+                     format_size(asked), ". Device ", static_cast<int>(index),
+                     " has a total capacity of ", format_size(memory.capacity), " of which ",
+                     format_size(free_bytes), " is free. Of the allocated memory ",
+                     format_size(memory.allocated), " is allocated by PyTorch, and 0 bytes is "
+                     "reserved by PyTorch but unallocated. (This device is emulated in host "
+                     "memory: its capacity is the memory_capacity given to install(), or the "
+                     "third field of ANYACCEL_EMULATED.)");
+  }
+  memory.allocated += asked;
+  memory.peak_allocated = std::max(memory.peak_allocated, memory.allocated);
+  memory.allocations += 1;
+  memory.peak_allocations = std::max(memory.peak_allocations, memory.allocations);
+  memory.alloc_count += 1;
+}
+
+void release_bytes(DeviceIndex index, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_memory_mutex);
+  MemoryCounters& memory = g_memory[index];
+  memory.allocated -= static_cast<int64_t>(bytes);
+  memory.allocations -= 1;
+  memory.free_count += 1;
+}
+
+// One device allocation: its bytes, and the host memory behind it (ours, or adopted).
+struct Allocation {
+  DeviceIndex device;
+  size_t bytes;
+  void* data;
+  at::DataPtr adopted;  // set when the memory came from a CPU result (it frees it)
+};
+
+void free_allocation(void* context) {
+  auto* allocation = static_cast<Allocation*>(context);
+  release_bytes(allocation->device, allocation->bytes);
+  if (!allocation->adopted) {
+    c10::free_cpu(allocation->data);
+  }
+  delete allocation;  // an adopted DataPtr frees its memory here
+}
+
+at::DataPtr allocate_on(DeviceIndex index, size_t bytes) {
+  reserve(index, bytes);
+  void* data = nullptr;
+  if (bytes > 0) {
+    try {
+      data = c10::alloc_cpu(bytes);
+    } catch (...) {
+      release_bytes(index, bytes);
+      throw;
+    }
+  }
+  auto* allocation = new Allocation{index, bytes, data, at::DataPtr()};
+  return {data, allocation, &free_allocation, c10::Device(kDevice, index)};
+}
+
+// Host memory from a CPU DataPtr becomes device memory of `index`, counted there.
+at::DataPtr adopt(DeviceIndex index, at::DataPtr host, size_t bytes) {
+  reserve(index, bytes);
+  void* data = host.get();
+  auto* allocation = new Allocation{index, bytes, data, std::move(host)};
+  return {data, allocation, &free_allocation, c10::Device(kDevice, index)};
+}
+
+struct DeviceAllocator final : public c10::Allocator {
+  DeviceIndex index = -1;  // -1: the thread's current device
+  at::DataPtr allocate(size_t bytes) override {
+    const DeviceIndex device = index >= 0 ? index : t_current_device;
+    check_index(device);
+    return allocate_on(device, bytes);
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+DeviceAllocator g_current_allocator;
+DeviceAllocator g_allocators[kMaxDevices];
+
+c10::Allocator* allocator_for(DeviceIndex index) {
+  check_index(index);
+  return &g_allocators[index];
+}
+
+// Grow or shrink a device storage in place (keeping its bytes up to the smaller size).
+void resize_storage_bytes(c10::StorageImpl* storage, size_t bytes) {
+  TORCH_CHECK(storage->resizable(), "Trying to resize storage that is not resizable");
+  DeviceIndex index = storage->data_ptr().device().index();
+  if (index < 0) index = t_current_device;
+  at::DataPtr fresh = allocate_on(index, bytes);
+  const size_t kept = std::min(bytes, storage->nbytes());
+  if (kept > 0 && storage->data() != nullptr) {
+    std::memcpy(fresh.get(), storage->data(), kept);
+  }
+  storage->set_data_ptr_noswap(std::move(fresh));
+  storage->set_nbytes(bytes);
+}
+
+// Pinned host memory: ordinary host memory this device remembers as page-locked.
+std::mutex g_pinned_mutex;
+std::unordered_set<const void*> g_pinned;
+
+void free_pinned(void* data) {
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    g_pinned.erase(data);
+  }
+  c10::free_cpu(data);
+}
+
+struct PinnedAllocator final : public c10::Allocator {
+  at::DataPtr allocate(size_t bytes) override {
+    void* data = bytes > 0 ? c10::alloc_cpu(bytes) : nullptr;
+    if (data != nullptr) {
+      std::lock_guard<std::mutex> lock(g_pinned_mutex);
+      g_pinned.insert(data);
+    }
+    return {data, data, &free_pinned, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+PinnedAllocator g_pinned_allocator;
+
+bool is_pinned_pointer(const void* data) {
+  std::lock_guard<std::mutex> lock(g_pinned_mutex);
+  return g_pinned.count(data) > 0;
+}
+
+}  // namespace
+}  // namespace emulated
+}  // namespace anyaccel

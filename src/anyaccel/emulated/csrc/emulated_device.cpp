@@ -1,0 +1,132 @@
+// An accelerator that computes without hardware: torch's PrivateUse1 device, backed by host memory.
+//
+// Tensors live in host memory owned by this device's allocator (counted per device index,
+// optionally capped). Every ATen op without a PrivateUse1 kernel reaches one boxed fallback that
+// hands the CPU kernel CPU tensors aliasing the same memory (no copy), then wraps the results
+// back: results that alias an input share its device storage; new results are adopted into
+// device storage. Factories, copies, resize_ and set_ have their own kernels, as a real backend's.
+// The pieces keep torch's shapes and names: an Allocator, a DeviceGuardImplInterface, the
+// PrivateUse1 hooks, a GeneratorImpl.
+//
+// One translation unit (torch's headers are most of a build), one header per concern:
+// devices.h (the device table), allocator.h (memory), generator.h, guard.h, hooks.h,
+// host_alias.h, fallback.h, kernels.h, autocast.h; here, configuration and the Python face.
+
+#include "allocator.h"
+#include "autocast.h"
+#include "devices.h"
+#include "fallback.h"
+#include "generator.h"
+#include "guard.h"
+#include "hooks.h"
+#include "host_alias.h"
+#include "kernels.h"
+
+namespace anyaccel {
+namespace emulated {
+namespace {
+
+std::once_flag g_hooks_once;
+
+// Called once, by anyaccel.emulated.runtime.install (which holds the rules and their messages).
+void configure(int64_t device_count, int64_t capacity) {
+  TORCH_CHECK(device_count >= 1 && device_count <= kMaxDevices, "device_count must be 1..",
+              kMaxDevices, ", got ", device_count);
+  TORCH_CHECK(g_device_count.load() == 0,
+              "configure() runs once per process: anyaccel.emulated.runtime.install() calls it");
+  for (int64_t index = 0; index < device_count; ++index) {
+    g_allocators[index].index = static_cast<DeviceIndex>(index);
+    g_memory[index].capacity = capacity;
+    default_generators().push_back(
+        at::make_generator<DeviceGeneratorImpl>(static_cast<DeviceIndex>(index)));
+  }
+  c10::SetAllocator(kDevice, &g_current_allocator);
+  std::call_once(g_hooks_once, [] {
+    at::RegisterPrivateUse1HooksInterface(new DeviceHooks());
+    register_autocast();
+    route_to_cpu_kernels();
+  });
+  g_device_count.store(static_cast<int>(device_count));
+}
+
+void set_capacity(int64_t index, int64_t capacity) {
+  check_index(index);
+  std::lock_guard<std::mutex> lock(g_memory_mutex);
+  g_memory[index].capacity = capacity;
+}
+
+py::dict memory_counters(int64_t index) {
+  check_index(index);
+  MemoryCounters copy;
+  {
+    std::lock_guard<std::mutex> lock(g_memory_mutex);
+    copy = g_memory[index];
+  }
+  py::dict counters;
+  counters["allocated"] = copy.allocated;
+  counters["peak_allocated"] = copy.peak_allocated;
+  counters["allocations"] = copy.allocations;
+  counters["peak_allocations"] = copy.peak_allocations;
+  counters["alloc_count"] = copy.alloc_count;
+  counters["free_count"] = copy.free_count;
+  counters["oom_count"] = copy.oom_count;
+  counters["capacity"] = copy.capacity;
+  return counters;
+}
+
+void reset_peak(int64_t index) {
+  check_index(index);
+  std::lock_guard<std::mutex> lock(g_memory_mutex);
+  g_memory[index].peak_allocated = g_memory[index].allocated;
+  g_memory[index].peak_allocations = g_memory[index].allocations;
+}
+
+py::object python_default_generator(int64_t index) {
+  return py::reinterpret_steal<py::object>(
+      THPGenerator_initDefaultGenerator(default_generator(static_cast<DeviceIndex>(index))));
+}
+
+int64_t current_device() { return t_current_device; }
+
+void set_device(int64_t index) {
+  check_index(index);
+  t_current_device = static_cast<DeviceIndex>(index);
+}
+
+int64_t current_stream_id(int64_t index) {
+  check_index(index);
+  auto found = t_current_stream.find(static_cast<DeviceIndex>(index));
+  return found == t_current_stream.end() ? 0 : found->second;
+}
+
+void set_current_stream(int64_t index, int64_t stream_id) {
+  check_index(index);
+  TORCH_CHECK(stream_id >= 0 && stream_id < g_next_stream.load(), "stream id ", stream_id,
+              " was not made by the emulated device");
+  t_current_stream[static_cast<DeviceIndex>(index)] = stream_id;
+}
+
+bool is_pinned_address(int64_t address) {
+  return is_pinned_pointer(reinterpret_cast<const void*>(address));
+}
+
+}  // namespace
+}  // namespace emulated
+}  // namespace anyaccel
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  namespace emulated = anyaccel::emulated;
+  m.def("configure", &emulated::configure, "Set the device count and each device's capacity (-1: none)");
+  m.def("device_count", [] { return emulated::g_device_count.load(); });
+  m.def("set_capacity", &emulated::set_capacity);
+  m.def("memory_counters", &emulated::memory_counters);
+  m.def("reset_peak", &emulated::reset_peak);
+  m.def("default_generator", &emulated::python_default_generator);
+  m.def("current_device", &emulated::current_device);
+  m.def("set_device", &emulated::set_device);
+  m.def("current_stream_id", &emulated::current_stream_id);
+  m.def("set_current_stream", &emulated::set_current_stream);
+  m.def("host_view", &emulated::host_view);
+  m.def("device_tensor_from_host", &emulated::device_tensor_from_host);
+  m.def("is_pinned_address", &emulated::is_pinned_address);
+}

@@ -1,1 +1,0 @@
-"""The emulated accelerator's native core and its Python runtime (built only when installed)."""
