@@ -44,7 +44,7 @@ def test_a_method_added_to_the_abc_is_required(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_default_helpers_are_the_abcs_private_methods() -> None:
-    assert set(contract.DEFAULT_HELPERS) == {"_tensor_factory", "_can_pin", "_settle"}
+    assert set(contract.DEFAULT_HELPERS) == {"_tensor_factory", "_can_pin"}
 
 
 def _duck(**overrides: object) -> object:

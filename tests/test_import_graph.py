@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "guard and kernels",
         ("anyaccel.guard", "anyaccel.deepspeed_abc", "anyaccel.ops", "anyaccel.emulated"),
     ),
-    ("contract", ("anyaccel.abstract", "anyaccel.contract")),
+    ("contract", ("anyaccel.instance_defaults", "anyaccel.abstract", "anyaccel.contract")),
     ("backends", ("anyaccel.backends", "anyaccel.plugins", "anyaccel.emulated.accelerator")),
     ("registry", ("anyaccel.registry",)),
     ("detection", ("anyaccel.detection",)),

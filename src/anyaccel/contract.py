@@ -14,6 +14,7 @@ from typing import Any
 
 from anyaccel.abstract import Accelerator
 from anyaccel.errors import InvalidAcceleratorError
+from anyaccel.instance_defaults import settle
 
 __all__ = [
     "ACCELERATOR_NAME",
@@ -246,7 +247,5 @@ def validated(candidate: object, *, check_signatures: bool = True) -> Accelerato
         Accelerator.register(type(candidate))
     if not isinstance(candidate, Accelerator):  # pragma: no cover - register() makes it one
         raise InvalidAcceleratorError(f"{type(candidate).__qualname__} could not be registered")
-    settle = getattr(candidate, "_settle", None)
-    if callable(settle):  # base state a skipped super().__init__() left unmade, made now
-        settle()
+    settle(candidate)  # base state a skipped super().__init__() left unmade, made now
     return candidate

@@ -36,6 +36,7 @@ from anyaccel.errors import (
 )
 from anyaccel.forksafe import ForkSafeLock
 from anyaccel.guard import probe_timeout, refuse_reentry, run_guarded
+from anyaccel.instance_defaults import settle
 from anyaccel.plugins import (
     PluginWarning,
     adapters_declared,
@@ -503,9 +504,8 @@ def set_accelerator(accel_obj: object) -> None:
     global _accelerator, _choice
     refuse_reentry("set_accelerator")
     check_accelerator(accel_obj)
-    settle = getattr(accel_obj, "_settle", None)  # a virtual subclass (DeepSpeed's) has none
-    if isinstance(accel_obj, Accelerator) and callable(settle):
-        settle()  # the state it should have had, made to judge it
+    if isinstance(accel_obj, Accelerator):
+        settle(accel_obj)  # the state it should have had, made to judge it
     problem = plugin_name_problem(accel_obj, builtin_names())
     if problem is not None:  # the verdict detection gives the same plugin
         raise InvalidAcceleratorError(problem)

@@ -268,6 +268,23 @@ def test_bad_targets_are_reported(target: str, message: str) -> None:
         run_conformance(target)
 
 
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("os:sep", f"os:sep is {os.sep!r} (type str), not an accelerator"),
+        ("collections:OrderedDict", "collections:OrderedDict() returned OrderedDict() (type"),
+        (3, "3 is 3 (type int), not an accelerator"),
+    ],
+)
+def test_a_target_with_none_of_the_contracts_members_is_refused_once(
+    target: object, message: str
+) -> None:
+    with pytest.raises(ConformanceError) as refused:
+        run_conformance(target)
+    assert message in str(refused.value)
+    assert "anyaccel.Accelerator subclass" in str(refused.value)
+
+
 def test_unknown_check_names_the_valid_ones() -> None:
     with pytest.raises(ConformanceError, match="choose from contract_members"):
         run_conformance(CpuAccelerator, checks=["speed"])

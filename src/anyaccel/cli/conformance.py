@@ -1,12 +1,16 @@
-"""``anyaccel conformance MODULE:CLASS``: run the contract checks against an accelerator class.
+"""``anyaccel conformance [MODULE:CLASS]``: run the contract checks against an accelerator.
 
-The target runs in a worker process: a target that exits, crashes or hangs fails the check it
-was in (a hang after ``--timeout`` seconds) and a new worker runs the other checks. Prints one
-line per check (failures and skip reasons below it), or JSON with ``--json``, always.
+Without a target it checks the accelerator this process would pick (``get_accelerator()``, as
+``anyaccel report`` shows it: ``DS_ACCELERATOR``, plugins, detection). The target runs in a
+worker process: a target that exits, crashes or hangs fails the check it was in (a hang after
+``--timeout`` seconds) and a new worker runs the other checks. Prints one line per check
+(failures and skip reasons below it), or JSON with ``--json``, always.
 Exit status: 0 when no check fails, 1 when one does, 2 when the target cannot be loaded.
-``--simulate NAME`` runs inside ``anyaccel.testing.simulated.simulate_NAME()``, and
-``--context module:function`` inside the context manager that ``function()`` returns (the twin
-of the pytest plugin's ``context=``: e.g. a vendor's own simulated runtime, or zero boards).
+``--emulated TYPE:COUNT`` installs emulated devices in the worker first (the target, or the
+accelerator picked, runs on them); ``--simulate NAME`` runs inside
+``anyaccel.testing.simulated.simulate_NAME()``, and ``--context module:function`` inside the
+context manager that ``function()`` returns (the twin of the pytest plugin's ``context=``:
+e.g. a vendor's own simulated runtime, or zero boards).
 """
 
 from __future__ import annotations
@@ -15,7 +19,11 @@ import argparse
 import json
 import sys
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["PICKED_TARGET", "add_arguments", "run"]
+
+#: The target checked when none is given: the factory that returns the accelerator this
+#: process would pick, imported and called in the worker like any other factory.
+PICKED_TARGET = "anyaccel:get_accelerator"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "target",
         nargs="?",
-        help="the accelerator as 'package.module:Class' (or a factory returning an instance)",
+        help="the accelerator as 'package.module:Class' (or a factory returning an instance); "
+        "default: the one this process would pick, as `anyaccel report` shows it",
     )
     parser.add_argument(
         "--check",
@@ -41,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--simulate",
         metavar="NAME",
         help="run inside anyaccel.testing.simulated.simulate_NAME() (e.g. cuda)",
+    )
+    parser.add_argument(
+        "--emulated",
+        metavar="TYPE:COUNT[:CAPACITY]",
+        help="install emulated devices first (as ANYACCEL_EMULATED, e.g. npu:2): without a "
+        "target they are the accelerator checked; a target runs over torch.TYPE",
     )
     parser.add_argument(
         "--context",
@@ -101,11 +116,9 @@ def run(args: argparse.Namespace) -> int:
         for name, check in CHECKS.items():
             print(f"{name:<20} {(check.__doc__ or '').strip().splitlines()[0]}")
         return 0
-    if not args.target:
-        print("anyaccel conformance: give the accelerator as package.module:Class", file=sys.stderr)
-        return 2
+    target = args.target or PICKED_TARGET
     try:
-        if ":" not in args.target:
+        if ":" not in target:
             raise ConformanceError(
                 f"{args.target!r} is not of the form 'package.module:Class'; "
                 "e.g. anyaccel.backends.cpu:CpuAccelerator"
@@ -115,11 +128,12 @@ def run(args: argparse.Namespace) -> int:
         if args.context is not None:
             _check_context(args.context)
         report = run_isolated(
-            args.target,
+            target,
             args.check,
             timeout=args.timeout,
             simulate=args.simulate,
             context=args.context,
+            emulated=args.emulated,
         )
     except (ConformanceError, LookupError) as error:
         print(f"anyaccel conformance: {error}", file=sys.stderr)

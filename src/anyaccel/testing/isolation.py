@@ -36,6 +36,9 @@ __all__ = ["DEFAULT_TIMEOUT", "import_reference", "run_isolated"]
 DEFAULT_TIMEOUT = 60.0
 #: Seconds a fresh worker may take to import torch and the kit before loading the target.
 STARTUP_TIMEOUT = 180.0
+#: Seconds the worker may take to install emulated devices: a first use builds their native
+#: core (one to two minutes on a busy two-core machine), which ``--timeout`` must not cut short.
+INSTALL_TIMEOUT = 600.0
 #: Name of the pseudo-check that reports a target that could not be imported or created.
 LOAD_CHECK = "load"
 
@@ -71,7 +74,7 @@ class _WorkerRun:
     accelerator: str | None = None
     load_failure: str | None = None
     current: str | None = None  # the check running when the worker stopped
-    phase: str = "starting"  # starting, loading, checking, done
+    phase: str = "starting"  # starting, installing, loading, checking, done
     ending: str = ""  # how the worker stopped, when it did not finish
     output: str = ""  # what it printed last then (a crash's stack)
 
@@ -83,14 +86,24 @@ def run_isolated(
     timeout: float = DEFAULT_TIMEOUT,
     simulate: str | None = None,
     context: object = None,
+    emulated: str | None = None,
 ) -> ConformanceReport:
     """Run ``checks`` against ``target`` in worker processes and report every check.
 
     ``target`` is ``"module:Class"`` or an importable class or factory; ``simulate`` names an
     ``anyaccel.testing.simulated.simulate_NAME`` runtime and ``context`` an importable context
-    factory, entered in the worker. Raises ``ConformanceError`` for unknown checks and targets
-    that cannot be named for another process; every fault of the target is in the report.
+    factory, entered in the worker. ``emulated`` (``TYPE:COUNT[:CAPACITY]``, as
+    ``ANYACCEL_EMULATED`` takes it) installs emulated devices in the worker and makes them its
+    accelerator before the target loads (a bad value fails loading, saying why). Raises
+    ``ConformanceError`` for unknown checks, for ``simulate`` with ``emulated`` (each installs
+    a device runtime: use one), and for targets that cannot be named for another process;
+    every fault of the target is in the report.
     """
+    if simulate is not None and emulated is not None:
+        raise ConformanceError(
+            f"simulate={simulate!r} and emulated={emulated!r} each install a device runtime "
+            "in the worker; use one"
+        )
     reference = import_reference(target)
     if reference is None:
         raise ConformanceError(
@@ -113,15 +126,15 @@ def run_isolated(
     remaining = list(selected)
     load_failure: str | None = None
     while remaining and load_failure is None:
-        run = _run_worker(reference, remaining, timeout, simulate, context_reference)
+        run = _run_worker(reference, remaining, timeout, simulate, context_reference, emulated)
         accelerator = run.accelerator or accelerator
         for result in run.results:
             done[result.name] = result
         remaining = [name for name in remaining if name not in done]
         if run.load_failure is not None:
             load_failure = run.load_failure
-        elif run.phase in ("starting", "loading"):
-            doing = "starting the worker" if run.phase == "starting" else "loading the target"
+        elif run.phase in _DOING:
+            doing = _DOING[run.phase]
             load_failure = f"{doing} {run.ending}{run.output}"
         elif run.current is not None:
             message = f"the target {run.ending} during this check{run.output}"
@@ -140,22 +153,40 @@ def run_isolated(
     return ConformanceReport(reference, accelerator, tuple(results))
 
 
+#: What the worker was doing in a phase before the checks, for a report of its end.
+_DOING = {
+    "starting": "starting the worker",
+    "installing": "installing the emulated devices",
+    "loading": "loading the target",
+}
+#: Deadlines of the phases that do not take ``timeout`` (a check, loading the target).
+_PHASE_LIMITS = {"starting": STARTUP_TIMEOUT, "installing": INSTALL_TIMEOUT}
+
+
 def _run_worker(
     reference: str,
     checks: list[str],
     timeout: float,
     simulate: str | None,
     context: str | None,
+    emulated: str | None,
 ) -> _WorkerRun:
     """One worker over ``checks``: its reports until it finishes, dies or overruns a deadline."""
+    from anyaccel.testing.emulated import EMULATED_ENV
+
     spec = {
         "target": reference,
         "checks": checks,
         "simulate": simulate,
         "context": context,
+        "emulated": emulated,
         "sys_path": [entry for entry in sys.path if entry],
     }
+    env = dict(os.environ)
+    if emulated is not None:  # the emulated device's own door: the worker reads the spec there
+        env[EMULATED_ENV] = emulated
     read_end, write_end = os.pipe()
+    env["ANYACCEL_CONFORMANCE_FD"] = str(write_end)
     run = _WorkerRun()
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as output:
         try:
@@ -165,7 +196,7 @@ def _run_worker(
                 stdout=output,
                 stderr=output,
                 pass_fds=(write_end,),
-                env={**os.environ, "ANYACCEL_CONFORMANCE_FD": str(write_end)},
+                env=env,
                 start_new_session=True,  # one process group: a hang is killed with its children
             )
         finally:
@@ -190,9 +221,10 @@ def _follow(process: subprocess.Popen[bytes], events: int, run: _WorkerRun, time
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                limit = STARTUP_TIMEOUT if run.phase == "starting" else timeout
+                limit = _PHASE_LIMITS.get(run.phase, timeout)
+                which = "" if run.phase in _PHASE_LIMITS else " (--timeout)"
                 _kill(process)
-                run.ending = f"did not finish within {limit:g} s (--timeout) and was killed"
+                run.ending = f"did not finish within {limit:g} s{which} and was killed"
                 return
             if not selector.select(min(left, 0.5)):
                 if process.poll() is not None:  # exited; a child it forked may hold the pipe
@@ -214,7 +246,9 @@ def _follow(process: subprocess.Popen[bytes], events: int, run: _WorkerRun, time
 def _apply(event: dict[str, Any], run: _WorkerRun, deadline: float, timeout: float) -> float:
     """Record one worker event in ``run``; returns the deadline for the step now running."""
     kind = event.pop("event")
-    if kind == "loading":
+    if kind == "installing":
+        run.phase, deadline = "installing", time.monotonic() + INSTALL_TIMEOUT
+    elif kind == "loading":
         run.phase, deadline = "loading", time.monotonic() + timeout
     elif kind == "load_failed":
         run.load_failure = event["message"]
@@ -290,6 +324,25 @@ def _worker_context(simulate: str | None, context: str | None) -> Iterator[None]
         yield
 
 
+def _install_emulated(value: str) -> None:
+    """Install the emulated devices ``ANYACCEL_EMULATED`` names and make them the accelerator.
+
+    The parent put ``value`` there; a bad value or a device that cannot be installed here is a
+    ``ConformanceError`` naming it, reported as the target's load failure.
+    """
+    from anyaccel import reset_accelerator, set_accelerator
+    from anyaccel.testing.emulated import EmulatedAccelerator
+
+    try:  # installed here, not under detection's time limit: a first use builds the device
+        accelerator = EmulatedAccelerator()
+    except Exception as error:
+        raise ConformanceError(
+            describe_exception(error, f"installing the emulated devices {value!r}")
+        ) from error
+    reset_accelerator()
+    set_accelerator(accelerator)
+
+
 def _worker(spec: dict[str, Any], events: IO[str]) -> None:
     """Load the target and run each check, reporting every step on ``events``."""
     import faulthandler
@@ -307,6 +360,13 @@ def _worker(spec: dict[str, Any], events: IO[str]) -> None:
 
     prepare(compile_backend="compile_backend" in spec["checks"])
     with _worker_context(spec["simulate"], spec["context"]):
+        if spec["emulated"] is not None:
+            send(event="installing")
+            try:
+                _install_emulated(spec["emulated"])
+            except ConformanceError as error:
+                send(event="load_failed", message=str(error))
+                return
         send(event="loading")
         try:
             accelerator, _ = load_accelerator(spec["target"])

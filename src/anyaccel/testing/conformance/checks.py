@@ -1,107 +1,28 @@
-"""The conformance kit: named checks of the accelerator contract, run against any accelerator.
+"""The checks of the accelerator contract: each takes an accelerator and returns its failures.
 
-Use it from code (``run_conformance(MyAccelerator)`` in this process, or
-``anyaccel.testing.isolation.run_isolated("pkg.mod:Class")`` in worker processes that a target's
-crash, exit or hang cannot take down), the command line (``anyaccel conformance
-package.module:Class``, isolated) or pytest (``anyaccel.testing.pytest_plugin``, isolated).
-Each check returns failures as sentences naming the member, what it gave and what the contract
-wants; a check that cannot run here (e.g. no tensor can live on a simulated device) is skipped
-with the reason. Checks restore whatever state they change (seeds, compile backend).
+Each failure is a sentence naming the member, what it gave and what the contract wants; a
+check that cannot run here raises :class:`SkipCheck` with the reason. Checks restore whatever
+state they change (seeds, compile backend).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
-import time
 import types
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from anyaccel.errors import AnyaccelError
+from anyaccel.testing.conformance.report import NO_DEVICE, safe_repr
 
-__all__ = [
-    "CHECKS",
-    "DEVICE_CHECKS",
-    "NO_DEVICE",
-    "CheckResult",
-    "ConformanceError",
-    "ConformanceReport",
-    "SkipCheck",
-    "describe_exception",
-    "load_accelerator",
-    "no_device_reason",
-    "prepare",
-    "run_conformance",
-]
-
-
-class ConformanceError(AnyaccelError, ValueError):
-    """The thing to check could not be found or created."""
+__all__ = ["CHECKS", "DEVICE_CHECKS", "SkipCheck", "no_device_reason"]
 
 
 class SkipCheck(AnyaccelError):
     """Raised inside a check that cannot run in this process; the message says why."""
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """One check's verdict: ``"passed"``, ``"failed"`` or ``"skipped"``, and why."""
-
-    name: str
-    status: str
-    messages: tuple[str, ...] = ()
-    seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class ConformanceReport:
-    """Every check's verdict for one accelerator."""
-
-    target: str
-    accelerator: str
-    results: tuple[CheckResult, ...] = field(default_factory=tuple)
-
-    @property
-    def no_device(self) -> str | None:
-        """Why no device was exercised (the device checks were skipped), or ``None``."""
-        for result in self.results:
-            first = result.messages[0] if result.messages else ""
-            if result.status == "skipped" and first.startswith(NO_DEVICE):
-                return first
-        return None
-
-    @property
-    def passed(self) -> bool:
-        """Whether no check failed (skipped checks do not count against it)."""
-        return not self.failures
-
-    @property
-    def failures(self) -> tuple[CheckResult, ...]:
-        """The checks that failed."""
-        return tuple(r for r in self.results if r.status == "failed")
-
-    def to_dict(self) -> dict[str, Any]:
-        """The report as plain data, for JSON."""
-        return {**asdict(self), "passed": self.passed, "no_device": self.no_device}
-
-    def format(self) -> str:
-        """The report as text: one line per check, failures and skip reasons indented below."""
-        lines = [f"conformance of {self.target} (accelerator {self.accelerator!r})"]
-        if self.no_device is not None:
-            lines.append(f"NO DEVICE: {self.no_device}")
-        width = max((len(r.name) for r in self.results), default=0)
-        for result in self.results:
-            lines.append(f"  {result.status.upper():<7} {result.name:<{width}}")
-            lines.extend(f"          - {message}" for message in result.messages)
-        counts = {s: sum(r.status == s for r in self.results) for s in ("passed", "failed")}
-        skipped = len(self.results) - counts["passed"] - counts["failed"]
-        lines.append(f"{counts['passed']} passed, {counts['failed']} failed, {skipped} skipped")
-        return "\n".join(lines)
 
 
 class _Findings:
@@ -126,22 +47,7 @@ class _Findings:
 
 
 def _kind(value: object) -> str:
-    return f"{type(value).__name__} {_safe_repr(value)}"[:120]
-
-
-def _safe_repr(value: object) -> str:
-    """``repr(value)``, or a note that the target's ``__repr__`` raised (never an exception)."""
-    try:
-        return repr(value)
-    except Exception as error:
-        return f"<{type(value).__name__}: __repr__ raised {type(error).__name__}: {error}>"
-
-
-def describe_exception(error: BaseException, what: str) -> str:
-    """``error`` as a report line: its type and message, or the exit status of ``sys.exit``."""
-    if isinstance(error, SystemExit):
-        return f"{what} called sys.exit({error.code!r})"
-    return f"{what} raised {type(error).__name__}: {error}"
+    return f"{type(value).__name__} {safe_repr(value)}"[:120]
 
 
 def _first_line(error: BaseException) -> str:
@@ -154,8 +60,6 @@ def _first_line(error: BaseException) -> str:
 DEVICE_CHECKS = frozenset(
     {"return_types", "device_strings", "rng_state", "streams_and_events", "memory", "tensor_types"}
 )
-#: How the skip reason of a device check begins when the accelerator has no device.
-NO_DEVICE = "no device was exercised"
 
 
 def no_device_reason(acc: Any) -> str | None:
@@ -220,10 +124,10 @@ def _can_allocate(acc: Any) -> tuple[bool, str]:
 # ---------------------------------------------------------------------- the checks
 def check_contract_members(acc: Any) -> list[str]:
     """Every member DeepSpeed code calls exists, and ``_name`` is a non-empty string."""
-    from anyaccel.detection import _missing_members
+    from anyaccel.contract import missing_members
 
     found = _Findings()
-    missing = _missing_members(acc)
+    missing = missing_members(acc)
     found.expect(not missing, f"missing members: {', '.join(missing)}")
     name = getattr(acc, "_name", None)
     found.expect(isinstance(name, str) and bool(name), f"_name is {name!r}, not a non-empty str")
@@ -637,105 +541,3 @@ CHECKS: dict[str, Callable[[Any], list[str]]] = {
     "compile_backend": check_compile_backend,
     "op_builders": check_op_builders,
 }
-
-
-# ---------------------------------------------------------------------- running
-def prepare(compile_backend: bool = True) -> None:
-    """Import the torch modules the checks use; call it before a simulated runtime patches torch.
-
-    ``compile_backend=False`` skips ``torch._dynamo`` (seconds to import), which only the
-    ``compile_backend`` check needs.
-    """
-    import torch.utils.cpp_extension
-
-    if compile_backend:
-        import torch._dynamo  # noqa: F401
-
-
-def load_accelerator(target: object) -> tuple[Any, str]:
-    """An accelerator instance from an instance, a class, a factory or ``"module:Class"``.
-
-    Raises ``ConformanceError`` for a malformed reference, and when importing the module or
-    creating the accelerator raises anything (even ``SystemExit``), with its type and message.
-    """
-    label = target if isinstance(target, str) else getattr(target, "__qualname__", None)
-    if label is None:
-        label = _safe_repr(target)
-    if isinstance(target, str):
-        module_name, sep, attribute = target.partition(":")
-        if not sep or not module_name or not attribute:
-            raise ConformanceError(
-                f"{target!r} is not of the form 'package.module:Class'; "
-                "e.g. anyaccel.backends.cpu:CpuAccelerator"
-            )
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as error:
-            raise ConformanceError(
-                f"cannot import {module_name!r} from {target!r}: {error}"
-            ) from None
-        except (Exception, SystemExit) as error:
-            raise ConformanceError(
-                describe_exception(error, f"importing {module_name!r}")
-            ) from error
-        if not hasattr(module, attribute):
-            raise ConformanceError(f"module {module_name!r} has no attribute {attribute!r}")
-        target = getattr(module, attribute)
-    if inspect.isclass(target) or (callable(target) and not hasattr(target, "_name")):
-        try:
-            target = target()
-        except (Exception, SystemExit) as error:
-            raise ConformanceError(
-                describe_exception(error, f"creating {label}") + "; the kit needs an "
-                "accelerator that can be created here (use a simulated runtime without hardware)"
-            ) from error
-    settle = getattr(target, "_settle", None)
-    if callable(settle):  # base state a skipped super().__init__() left unmade: made now
-        try:
-            settle()
-        except (Exception, SystemExit) as error:
-            raise ConformanceError(describe_exception(error, f"handing over {label}")) from error
-    return target, str(label)
-
-
-def run_conformance(target: object, checks: Iterable[str] | None = None) -> ConformanceReport:
-    """Run ``checks`` (default: all of :data:`CHECKS`) against ``target`` in this process.
-
-    An exception from the target fails its check; a crash, ``os._exit`` or a hang takes this
-    process with it: use ``anyaccel.testing.isolation.run_isolated`` for code still in progress.
-    """
-    accelerator, label = load_accelerator(target)
-    selected: Sequence[str] = list(CHECKS) if checks is None else list(checks)
-    unknown = [name for name in selected if name not in CHECKS]
-    if unknown:
-        raise ConformanceError(
-            f"unknown check(s) {', '.join(unknown)}; choose from {', '.join(CHECKS)}"
-        )
-    results = [run_check(accelerator, name) for name in selected]
-    try:
-        name = str(getattr(accelerator, "_name", "?"))
-    except Exception as error:
-        name = f"? (_name raised {type(error).__name__})"
-    return ConformanceReport(label, name, tuple(results))
-
-
-def run_check(accelerator: Any, name: str) -> CheckResult:
-    """Run the check called ``name``; an unexpected exception is a failure, not a crash."""
-    start = time.perf_counter()
-    if name in DEVICE_CHECKS:
-        reason = no_device_reason(accelerator)
-        if reason is not None:
-            return CheckResult(name, "skipped", (reason,), time.perf_counter() - start)
-    try:
-        messages = CHECKS[name](accelerator)
-    except SkipCheck as skip:
-        return CheckResult(name, "skipped", (str(skip),), time.perf_counter() - start)
-    except (Exception, SystemExit) as error:  # sys.exit in the target fails the check, too
-        stopped = (
-            f"the target called sys.exit({error.code!r})"
-            if isinstance(error, SystemExit)
-            else f"{type(error).__name__}: {error}"
-        )
-        messages = [f"the check stopped: {stopped}"]
-    status = "failed" if messages else "passed"
-    return CheckResult(name, status, tuple(messages), time.perf_counter() - start)
