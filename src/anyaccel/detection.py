@@ -9,13 +9,11 @@ its accelerator can still fork.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import sys
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -55,6 +53,7 @@ from anyaccel.probe import (
     ProbeOutcome,
     forced_name,
     package_installed,
+    resolve,
 )
 from anyaccel.registry import (
     BUILTIN_CANDIDATES,
@@ -143,9 +142,9 @@ class DetectionReport:
             f"STAND-IN: {self.accelerator!r} stands in for {failed}"
             for failed in self.stands_in_for
         )
-        if self.how == "DS_ACCELERATOR":
+        if self.how == HowChosen.FORCED:
             lines.append(f"chosen by: {FORCE_ENV}={self.forced_name}")
-        elif self.how == "set_accelerator":
+        elif self.how == HowChosen.SET:
             lines.append("chosen by: set_accelerator()")
         else:
             lines.append(f"chosen by: detection ({FORCE_ENV} not set)")
@@ -177,15 +176,6 @@ def _plugin_rows(looked_for: bool) -> tuple[PluginStatus, ...]:
     return plugin_statuses() if looked_for else ()
 
 
-def _resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
-    if callable(target):
-        return target
-    module_name, _, attribute = target.partition(":")
-    module = importlib.import_module(module_name)
-    resolved: Callable[..., Any] = getattr(module, attribute)
-    return resolved
-
-
 # ---------------------------------------------------------------------- the cascade
 def _what(candidate: BackendCandidate, step: str) -> str:
     """Who runs ``step`` (``probe``/``constructor``), as the guard and errors name it."""
@@ -195,7 +185,7 @@ def _what(candidate: BackendCandidate, step: str) -> str:
 
 
 def _checked_outcome(candidate: BackendCandidate) -> ProbeOutcome:
-    outcome = _resolve(candidate.probe)()
+    outcome = resolve(candidate.probe)()
     if not isinstance(outcome, ProbeOutcome):
         raise TypeError(f"probe returned {type(outcome).__name__}, not ProbeOutcome")
     return outcome
@@ -231,7 +221,7 @@ def _probe(candidate: BackendCandidate, timeout: float | None) -> tuple[ProbeOut
 
 def _constructed(candidate: BackendCandidate) -> Accelerator:
     accelerator = _validated(
-        _resolve(candidate.accelerator)(), check_signatures=not candidate.is_builtin
+        resolve(candidate.accelerator)(), check_signatures=not candidate.is_builtin
     )
     if not candidate.is_builtin:
         claim = claimed_builtin_name(accelerator, builtin_names(), candidate.name)

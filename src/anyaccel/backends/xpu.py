@@ -27,6 +27,7 @@ from anyaccel.backends.runtime_probe import (
     count_devices,
     import_runtime,
     probe_device_runtime,
+    probe_runtime_of,
     visibility_note,
 )
 from anyaccel.backends.torch_module import TorchModuleAccelerator
@@ -50,11 +51,15 @@ RUNTIME_CHECK = RuntimeCheck(
 )
 
 _EXTERNAL_PACKAGE = "intel_extension_for_deepspeed"
-_IPEX_PACKAGE = "intel_extension_for_pytorch"
 
 
 def _xpu_module(_package: object = None) -> Any:
-    return getattr(torch, "xpu", None)
+    return getattr(torch, XpuAccelerator.device_module_name, None)
+
+
+def _visible_env() -> str:
+    """The variable that hides Intel GPUs, as the accelerator class states it."""
+    return XpuAccelerator.visible_devices_env_names[0]
 
 
 def probe_external() -> ProbeOutcome:
@@ -65,7 +70,7 @@ def probe_external() -> ProbeOutcome:
         vendor="Intel XPU",
         install_hint="pip install intel-extension-for-deepspeed (with IPEX and oneCCL bindings).",
         check=RUNTIME_CHECK,
-        visible_env="ZE_AFFINITY_MASK",
+        visible_env=_visible_env(),
     )
     if outcome.available and not hasattr(import_runtime(_EXTERNAL_PACKAGE), "XPU_Accelerator"):
         return ProbeOutcome.broken(
@@ -84,16 +89,14 @@ def external_accelerator() -> Any:
 
 def probe_ipex() -> ProbeOutcome:
     """intel_extension_for_pytorch imports and ``torch.xpu`` sees a device."""
-    return probe_device_runtime(
-        package=_IPEX_PACKAGE,
-        device_module=_xpu_module,
+    return probe_runtime_of(
+        IpexXpuAccelerator,
         vendor="Intel XPU",
         install_hint=(
             "pip install intel-extension-for-pytorch (or use torch >= 2.8 with native XPU "
             "support: pip install torch --index-url https://download.pytorch.org/whl/xpu)."
         ),
         check=RUNTIME_CHECK,
-        visible_env="ZE_AFFINITY_MASK",
     )
 
 
@@ -131,11 +134,11 @@ def probe_native() -> ProbeOutcome:
     if isinstance(count, ProbeOutcome):
         return count
     if count <= 0:
-        where = visibility_note("ZE_AFFINITY_MASK")
+        where = visibility_note(_visible_env())
         return ProbeOutcome.no_device(
             f"torch {torch.__version__} supports XPU but sees no Intel GPU{where}",
             "Check that the Intel GPU driver (Level Zero) is installed and that "
-            "ZE_AFFINITY_MASK does not hide the device.",
+            f"{_visible_env()} does not hide the device.",
         )
     forced = forced_name() == "xpu"
     cuda = _cuda_device_count() if not forced else 0
@@ -186,7 +189,7 @@ class XpuAccelerator(TorchModuleAccelerator):
 class IpexXpuAccelerator(XpuAccelerator):
     """Intel GPUs through ``torch.xpu`` as intel_extension_for_pytorch extends it."""
 
-    runtime_package = _IPEX_PACKAGE
+    runtime_package = "intel_extension_for_pytorch"
 
     def build_extension(self) -> type[Any]:
         """IPEX's ``DpcppBuildExtension``, which compiles SYCL sources."""
