@@ -11,6 +11,7 @@ import enum
 import importlib
 import importlib.util
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ __all__ = [
     "forced_name",
     "package_installed",
     "resolve",
+    "torch_release",
 ]
 
 #: The environment variable that forces a backend by name.
@@ -171,6 +173,23 @@ def resolve(target: str | Callable[..., Any]) -> Any:
         return target
     module_name, _, attribute = target.partition(":")
     return getattr(importlib.import_module(module_name), attribute)
+
+
+_RELEASE = re.compile(r"(\d+)\.(\d+)")
+
+
+def torch_release(version: str | None = None) -> tuple[int, int]:
+    """``(major, minor)`` of torch's version (``"2.8.0+cpu"`` -> ``(2, 8)``), compared as tuples.
+
+    ``version`` defaults to the installed torch's (importing it); ``(0, 0)`` when it does not
+    start with two numbers. The one reading of torch's version for release checks.
+    """
+    if version is None:
+        import torch
+
+        version = str(torch.__version__)
+    match = _RELEASE.match(version)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
 
 def package_installed(name: str) -> bool:

@@ -1,4 +1,7 @@
-"""anyaccel's on/off environment variables, read one way everywhere.
+"""anyaccel's environment variables: the names read in more than one place, and on/off values.
+
+Each name shared between modules is defined here once (``DS_ACCELERATOR`` is
+:data:`anyaccel.probe.FORCE_ENV`, beside the detection vocabulary that reads it).
 
 Every ``ANYACCEL_*`` variable that turns something on or off is read by :func:`read_on_off`:
 ``1``/``0``, ``true``/``false``, ``yes``/``no``, ``on``/``off`` in any case, surrounding
@@ -14,7 +17,21 @@ from collections.abc import Mapping
 
 from anyaccel.errors import InvalidSettingError
 
-__all__ = ["OFF_VALUES", "ON_VALUES", "read_on_off"]
+__all__ = [
+    "AUTOLOAD_ENV",
+    "EMULATED_ENV",
+    "OFF_VALUES",
+    "ON_VALUES",
+    "SIMULATED_ENV",
+    "read_on_off",
+]
+
+#: The emulated device to install, ``<type>:<count>[:<capacity>]`` (``"npu:4:2GiB"``).
+EMULATED_ENV = "ANYACCEL_EMULATED"
+#: The simulated vendor runtime a starting interpreter enters (``anyaccel.testing.simulated``).
+SIMULATED_ENV = "ANYACCEL_SIMULATED"
+#: torch's switch for its out-of-tree device backend autoload (torch >= 2.5).
+AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 #: The spellings that turn a variable on (compared in lower case).
 ON_VALUES: tuple[str, ...] = ("1", "true", "yes", "on")

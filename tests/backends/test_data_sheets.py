@@ -52,14 +52,14 @@ def _vendor_classes(module_name: str) -> list[type[TorchModuleAccelerator]]:
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
-    """``id()`` of every docstring node (module, class and function docstrings)."""
-    found: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                found.add(id(body[0].value))
-    return found
+    """``id()`` of every string that is a statement of its own: docstrings, of attributes too."""
+    return {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    }
 
 
 def _class_statements(tree: ast.AST) -> set[int]:

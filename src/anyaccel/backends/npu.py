@@ -20,7 +20,8 @@ import torch
 
 from anyaccel.backends.runtime_probe import RuntimeCheck, probe_runtime_of
 from anyaccel.backends.torch_module import TorchModuleAccelerator
-from anyaccel.probe import ProbeOutcome
+from anyaccel.probe import FORCE_ENV, ProbeOutcome
+from anyaccel.settings import AUTOLOAD_ENV
 
 #: How users check the runtime when it fails (the vendor's own status tool).
 RUNTIME_CHECK = RuntimeCheck(
@@ -35,7 +36,7 @@ _ACL_HOST_REGISTER_MAPPED = 0x2
 _CANN_REMEDY = (
     "Install the Ascend CANN toolkit and run `source <CANN>/set_env.sh` (it puts libhccl.so "
     "and libascendcl.so on LD_LIBRARY_PATH), or uninstall torch-npu. Until then, "
-    "TORCH_DEVICE_BACKEND_AUTOLOAD=0 keeps `import torch` working."
+    f"{AUTOLOAD_ENV}=0 keeps `import torch` working."
 )
 
 
@@ -48,7 +49,7 @@ def _diagnose(text: str) -> tuple[str, str] | None:
         return (
             f"{NpuAccelerator.runtime_package} refuses to run on this torch build, which has "
             "another accelerator",
-            "Install the CPU build of torch that matches torch-npu, or unset DS_ACCELERATOR "
+            f"Install the CPU build of torch that matches torch-npu, or unset {FORCE_ENV} "
             "to use the other accelerator.",
         )
     return None

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from anyaccel.errors import AnyaccelError
 from anyaccel.probe import ProbeOutcome, package_installed
+from anyaccel.settings import AUTOLOAD_ENV
 
 if TYPE_CHECKING:
     from anyaccel.backends.torch_module import TorchModuleAccelerator
@@ -33,9 +34,6 @@ __all__ = [
     "probe_device_runtime",
     "probe_runtime_of",
 ]
-
-#: The switch for torch's out-of-tree backend autoload (torch >= 2.5).
-AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 #: Turns an import failure's text into (what went wrong, what to do), or ``None`` if unknown.
 Diagnosis = Callable[[str], "tuple[str, str] | None"]

@@ -14,7 +14,6 @@ natively lacks ``memory_cached``-style names (the base maps them to ``memory_res
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +30,7 @@ from anyaccel.backends.runtime_probe import (
     visibility_note,
 )
 from anyaccel.backends.torch_module import TorchModuleAccelerator
-from anyaccel.probe import FORCE_ENV, ProbeOutcome, forced_name, package_installed
+from anyaccel.probe import FORCE_ENV, ProbeOutcome, forced_name, package_installed, torch_release
 
 __all__ = [
     "IpexXpuAccelerator",
@@ -75,7 +74,7 @@ def probe_external() -> ProbeOutcome:
     if outcome.available and not hasattr(import_runtime(_EXTERNAL_PACKAGE), "XPU_Accelerator"):
         return ProbeOutcome.broken(
             f"{_EXTERNAL_PACKAGE} imports but has no XPU_Accelerator class",
-            "Upgrade intel-extension-for-deepspeed, or set DS_ACCELERATOR=xpu to use IPEX or "
+            f"Upgrade intel-extension-for-deepspeed, or set {FORCE_ENV}=xpu to use IPEX or "
             "native torch.xpu instead.",
         )
     return outcome
@@ -100,11 +99,6 @@ def probe_ipex() -> ProbeOutcome:
     )
 
 
-def _torch_release() -> tuple[int, int]:
-    match = re.match(r"(\d+)\.(\d+)", str(torch.__version__))
-    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
-
-
 def _cuda_device_count() -> int:
     if not torch.backends.cuda.is_built():  # type: ignore[no-untyped-call]
         return 0
@@ -113,7 +107,7 @@ def _cuda_device_count() -> int:
 
 def probe_native() -> ProbeOutcome:
     """torch >= 2.8 built with XPU sees a device, and no CUDA device competes for the process."""
-    release = _torch_release()
+    release = torch_release()
     needed = ".".join(map(str, NATIVE_MIN_TORCH))
     install = (
         f"Install torch >= {needed} built for XPU: "
