@@ -69,3 +69,52 @@ def test_no_other_module_spells_the_on_off_words() -> None:
                 if len(words & {"false", "off", "no", "true", "on", "yes"}) >= 2:
                     found.append(f"{relative}:{node.lineno}")
     assert found == [], f"on/off words outside anyaccel.settings: {found}"
+
+
+#: Each environment variable read in more than one module, and the one module that names it.
+_SHARED_NAMES = {
+    "DS_ACCELERATOR": "probe.py",
+    "ANYACCEL_EMULATED": "settings.py",
+    "ANYACCEL_SIMULATED": "settings.py",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD": "settings.py",
+}
+#: Modules still spelling a shared name out, each to import it from its owner instead. The
+#: emulated device's files are being moved; the frameworks' hand-overs are being split.
+_NOT_YET = {
+    "ops/emulated/settings.py",  # EMULATED_ENV: import it from anyaccel.settings
+    "ops/emulated/core.py",  # DS_ACCELERATOR in a message: FORCE_ENV
+    "testing/simulated/emulated.py",  # SIMULATED_ENV: import it from anyaccel.settings
+    "integrations/accelerate.py",  # DS_ACCELERATOR in two messages: FORCE_ENV
+    "integrations/deepspeed.py",  # DS_ACCELERATOR in a message: FORCE_ENV
+}
+
+
+def _docstring_ids(tree: ast.AST) -> set[int]:
+    """``id()`` of every string that is a statement of its own: docstrings, of attributes too."""
+    return {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    }
+
+
+def test_each_shared_environment_variable_is_named_in_one_module() -> None:
+    """Messages and reads use the owner's constant, so a rename is one edit."""
+    found = []
+    for path in sorted(SOURCE.rglob("*.py")):
+        relative = path.relative_to(SOURCE).as_posix()
+        if relative in _NOT_YET:
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = _docstring_ids(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            if id(node) in docstrings:
+                continue
+            for name, owner in _SHARED_NAMES.items():
+                if name in node.value and relative != owner:
+                    found.append(f"{relative}:{node.lineno}: {name}")
+    assert found == [], f"shared environment variable names spelt outside their owner: {found}"

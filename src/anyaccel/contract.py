@@ -15,6 +15,7 @@ from typing import Any
 from anyaccel.abstract import Accelerator
 from anyaccel.errors import InvalidAcceleratorError
 from anyaccel.instance_defaults import settle
+from anyaccel.probe import FORCE_ENV
 
 __all__ = [
     "ACCELERATOR_NAME",
@@ -182,7 +183,7 @@ def _string_refusal(value: str, call: str) -> str:
     return (
         f"{call} takes an accelerator object, not the string {value!r}: pass "
         "anyaccel.get_accelerator() (to choose the backend by name, set "
-        f"DS_ACCELERATOR={value.partition(':')[0] or 'cpu'} before the first get_accelerator())"
+        f"{FORCE_ENV}={value.partition(':')[0] or 'cpu'} before the first get_accelerator())"
     )
 
 
@@ -216,7 +217,7 @@ def check_accelerator(candidate: object, *, check_signatures: bool = True) -> No
         raise InvalidAcceleratorError(
             f"{type(candidate).__qualname__}._name is {name!r}, which is not a device-type name: "
             "use lowercase letters, digits, '_', '.' or '-', starting with a letter, as "
-            f"DS_ACCELERATOR values are (e.g. {_suggested_name(name)!r})"
+            f"{FORCE_ENV} values are (e.g. {_suggested_name(name)!r})"
         )
     if not isinstance(candidate, Accelerator) and check_signatures:
         problems = signature_problems(candidate)

@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from anyaccel.forksafe import ForkSafeLock
+from anyaccel.probe import FORCE_ENV
 
 __all__ = [
     "DEEPSPEED_ABC_MODULES",
@@ -97,7 +98,7 @@ def _deepspeed_would_refuse(selector: ModuleType) -> bool:
     (whose native modules its optimizers call) while it is imported, from the accelerator it
     has then, and for a name it knows those must stay its own.
     """
-    name = os.environ.get("DS_ACCELERATOR")
+    name = os.environ.get(FORCE_ENV)
     known = getattr(selector, "SUPPORTED_ACCELERATOR_LIST", None)
     return name is not None and isinstance(known, list | tuple) and name not in known
 

@@ -9,13 +9,11 @@ its accelerator can still fork.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import sys
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -56,6 +54,7 @@ from anyaccel.probe import (
     ProbeOutcome,
     forced_name,
     package_installed,
+    resolve,
 )
 from anyaccel.registry import (
     BUILTIN_CANDIDATES,
@@ -68,6 +67,7 @@ from anyaccel.registry import (
     registered_backends,
     unregister_backend,
 )
+from anyaccel.settings import LAUNCHERS
 
 __all__ = [
     "FORCE_ENV",
@@ -144,9 +144,9 @@ class DetectionReport:
             f"STAND-IN: {self.accelerator!r} stands in for {failed}"
             for failed in self.stands_in_for
         )
-        if self.how == "DS_ACCELERATOR":
+        if self.how == HowChosen.FORCED:
             lines.append(f"chosen by: {FORCE_ENV}={self.forced_name}")
-        elif self.how == "set_accelerator":
+        elif self.how == HowChosen.SET:
             lines.append("chosen by: set_accelerator()")
         else:
             lines.append(f"chosen by: detection ({FORCE_ENV} not set)")
@@ -178,15 +178,6 @@ def _plugin_rows(looked_for: bool) -> tuple[PluginStatus, ...]:
     return plugin_statuses() if looked_for else ()
 
 
-def _resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
-    if callable(target):
-        return target
-    module_name, _, attribute = target.partition(":")
-    module = importlib.import_module(module_name)
-    resolved: Callable[..., Any] = getattr(module, attribute)
-    return resolved
-
-
 # ---------------------------------------------------------------------- the cascade
 def _what(candidate: BackendCandidate, step: str) -> str:
     """Who runs ``step`` (``probe``/``constructor``), as the guard and errors name it."""
@@ -196,7 +187,7 @@ def _what(candidate: BackendCandidate, step: str) -> str:
 
 
 def _checked_outcome(candidate: BackendCandidate) -> ProbeOutcome:
-    outcome = _resolve(candidate.probe)()
+    outcome = resolve(candidate.probe)()
     if not isinstance(outcome, ProbeOutcome):
         raise TypeError(f"probe returned {type(outcome).__name__}, not ProbeOutcome")
     return outcome
@@ -232,7 +223,7 @@ def _probe(candidate: BackendCandidate, timeout: float | None) -> tuple[ProbeOut
 
 def _constructed(candidate: BackendCandidate) -> Accelerator:
     accelerator = _validated(
-        _resolve(candidate.accelerator)(), check_signatures=not candidate.is_builtin
+        resolve(candidate.accelerator)(), check_signatures=not candidate.is_builtin
     )
     if not candidate.is_builtin:
         claim = claimed_builtin_name(accelerator, builtin_names(), candidate.name)
@@ -446,13 +437,8 @@ def _detect_once(api: str) -> tuple[Accelerator, DetectionReport]:
 
 #: Rank variables launchers set (torchrun, Open MPI, Intel MPI/MPICH, Slurm), job-wide then
 #: per node: the CPU fallback is reported by the job's first process only.
-_RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
-_LOCAL_RANK_VARIABLES = (
-    "LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "MPI_LOCALRANKID",
-    "SLURM_LOCALID",
-)
+_RANK_VARIABLES = tuple(launcher.rank for launcher in LAUNCHERS)
+_LOCAL_RANK_VARIABLES = tuple(launcher.local_rank for launcher in LAUNCHERS)
 
 
 def _first_process_of_job() -> bool:

@@ -39,7 +39,7 @@ class AcceleratorError(AnyaccelError, RuntimeError):
 class UnknownAcceleratorError(AcceleratorError, ValueError):
     """A backend name (e.g. from ``DS_ACCELERATOR``) that no registered backend answers to."""
 
-    def __init__(self, name: str, valid: list[str], source: str = "DS_ACCELERATOR") -> None:
+    def __init__(self, name: str, valid: list[str], source: str) -> None:
         self.name = name
         self.valid = list(valid)
         self.source = source

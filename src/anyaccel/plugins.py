@@ -45,6 +45,7 @@ from anyaccel.errors import AcceleratorError, AnyaccelWarning
 from anyaccel.guard import probe_timeout, run_guarded
 from anyaccel.probe import (
     ALLOW_ENV,
+    FORCE_ENV,
     BackendCandidate,
     PluginState,
     PluginStatus,
@@ -319,7 +320,7 @@ def plugin_candidates(
 def _naming_problem(name: str, reserved: set[str], claims: set[str]) -> str | None:
     if not _NAME_PATTERN.fullmatch(name):
         return (
-            f"plugin name {name!r} is not a valid DS_ACCELERATOR value; use lowercase letters, "
+            f"plugin name {name!r} is not a valid {FORCE_ENV} value; use lowercase letters, "
             "digits, '_', '.', '-', starting with a letter"
         )
     if name in reserved:

@@ -8,10 +8,13 @@ any module may import it without creating a cycle.
 from __future__ import annotations
 
 import enum
+import importlib
 import importlib.util
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "ALLOW_ENV",
@@ -25,6 +28,8 @@ __all__ = [
     "ProbeOutcome",
     "forced_name",
     "package_installed",
+    "resolve",
+    "torch_release",
 ]
 
 #: The environment variable that forces a backend by name.
@@ -66,7 +71,7 @@ class HowChosen(_Word):
     """How the current accelerator was chosen."""
 
     DETECTED = "detected"
-    FORCED = "DS_ACCELERATOR"
+    FORCED = FORCE_ENV
     SET = "set_accelerator"
 
 
@@ -156,6 +161,35 @@ class BackendCandidate:
     def is_builtin(self) -> bool:
         """Whether anyaccel itself provides this candidate (not a plugin or a user)."""
         return self.origin == "anyaccel"
+
+
+def resolve(target: str | Callable[..., Any]) -> Any:
+    """What a candidate's ``"module:attribute"`` names, imported now; a callable as it is.
+
+    The one reader of those strings: detection resolves a candidate's probe and class with it,
+    the registry the class whose data sheet names a built-in candidate's runtime.
+    """
+    if callable(target):
+        return target
+    module_name, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+_RELEASE = re.compile(r"(\d+)\.(\d+)")
+
+
+def torch_release(version: str | None = None) -> tuple[int, int]:
+    """``(major, minor)`` of torch's version (``"2.8.0+cpu"`` -> ``(2, 8)``), compared as tuples.
+
+    ``version`` defaults to the installed torch's (importing it); ``(0, 0)`` when it does not
+    start with two numbers. The one reading of torch's version for release checks.
+    """
+    if version is None:
+        import torch
+
+        version = str(torch.__version__)
+    match = _RELEASE.match(version)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
 
 def package_installed(name: str) -> bool:

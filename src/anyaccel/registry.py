@@ -13,14 +13,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from anyaccel.errors import DuplicateBackendError
 from anyaccel.forksafe import ForkSafeLock, after_fork_in_child
-from anyaccel.probe import BackendCandidate, PluginState, PluginStatus
-
-if TYPE_CHECKING:
-    pass
+from anyaccel.probe import BackendCandidate, PluginState, PluginStatus, resolve
 
 __all__ = [
     "BUILTIN_CANDIDATES",
@@ -34,18 +31,42 @@ __all__ = [
 ]
 
 
+class _BuiltinCandidate(BackendCandidate):
+    """A built-in row whose label names the runtime package its class states.
+
+    ``"npu (torch_npu)"``: the package is read from the class (``runtime_package``) the first
+    time the label is shown, so the registry restates no vendor fact and imports no backend
+    before detection probes it.
+    """
+
+    @property
+    def path(self) -> str:
+        """``"<name> (<how>)"``, where a row gives no ``how``, the class's runtime package."""
+        label: str | None = self.__dict__["_label"]
+        if label is None:
+            label = f"{self.name} ({resolve(self.accelerator).runtime_package})"
+            self.__dict__["_label"] = label
+        return label
+
+    @path.setter
+    def path(self, label: str | None) -> None:  # the dataclass's __init__ sets it, once
+        self.__dict__["_label"] = label
+
+
 def _builtin(
     name: str,
-    path: str,
     priority: int,
     module: str,
     cls: str,
     probe: str = "probe",
+    *,
+    how: str | None = None,
     creation_seconds: float | None = None,
 ) -> BackendCandidate:
-    return BackendCandidate(
+    """A row of ``anyaccel.backends.<module>``; ``how`` labels it (default: its runtime package)."""
+    return _BuiltinCandidate(
         name,
-        path,
+        None if how is None else f"{name} ({how})",  # type: ignore[arg-type]  # None: read later
         priority,
         f"anyaccel.backends.{module}:{probe}",
         f"anyaccel.backends.{module}:{cls}",
@@ -63,26 +84,24 @@ EMULATED_CREATION_SECONDS = 900.0
 BUILTIN_CANDIDATES: tuple[BackendCandidate, ...] = (
     _builtin(
         "xpu.external",
-        "xpu.external (intel_extension_for_deepspeed)",
         100,
         "xpu",
         "external_accelerator",
         "probe_external",
+        how="intel_extension_for_deepspeed",
     ),
-    _builtin(
-        "xpu", "xpu (intel_extension_for_pytorch)", 200, "xpu", "IpexXpuAccelerator", "probe_ipex"
-    ),
-    _builtin("xpu", "xpu (native torch.xpu)", 300, "xpu", "XpuAccelerator", "probe_native"),
-    _builtin("npu", "npu (torch_npu)", 400, "npu", "NpuAccelerator"),
-    _builtin("sdaa", "sdaa (torch_sdaa)", 500, "sdaa", "SdaaAccelerator"),
-    _builtin("mps", "mps (torch.backends.mps)", 600, "mps", "MpsAccelerator"),
-    _builtin("hpu", "hpu (habana_frameworks)", 700, "hpu", "HpuAccelerator"),
-    _builtin("mlu", "mlu (torch_mlu)", 800, "mlu", "MluAccelerator"),
+    _builtin("xpu", 200, "xpu", "IpexXpuAccelerator", "probe_ipex"),
+    _builtin("xpu", 300, "xpu", "XpuAccelerator", "probe_native", how="native torch.xpu"),
+    _builtin("npu", 400, "npu", "NpuAccelerator"),
+    _builtin("sdaa", 500, "sdaa", "SdaaAccelerator"),
+    _builtin("mps", 600, "mps", "MpsAccelerator", how="torch.backends.mps"),
+    _builtin("hpu", 700, "hpu", "HpuAccelerator", how="habana_frameworks"),
+    _builtin("mlu", 800, "mlu", "MluAccelerator"),
     # supa, musa and klxpu answer through torch.cuda too, so they must be probed before cuda.
-    _builtin("supa", "supa (torch_supa)", 850, "supa", "SupaAccelerator"),
-    _builtin("musa", "musa (torch_musa)", 870, "musa", "MusaAccelerator"),
-    _builtin("klxpu", "klxpu (torch_xmlir)", 880, "klxpu", "KlxpuAccelerator"),
-    _builtin("cuda", "cuda (torch CUDA/ROCm build)", 900, "cuda", "CudaAccelerator"),
+    _builtin("supa", 850, "supa", "SupaAccelerator"),
+    _builtin("musa", 870, "musa", "MusaAccelerator"),
+    _builtin("klxpu", 880, "klxpu", "KlxpuAccelerator"),
+    _builtin("cuda", 900, "cuda", "CudaAccelerator", how="torch CUDA/ROCm build"),
     # chosen only when asked for (DS_ACCELERATOR=emulated, or installed in this process); before
     # generic, which would otherwise take an installed emulated device for an unknown one
     BackendCandidate(
@@ -93,8 +112,8 @@ BUILTIN_CANDIDATES: tuple[BackendCandidate, ...] = (
         "anyaccel.emulated.accelerator:EmulatedAccelerator",
         creation_seconds=EMULATED_CREATION_SECONDS,
     ),
-    _builtin("generic", "generic (torch.accelerator)", 950, "generic", "GenericAccelerator"),
-    _builtin("cpu", "cpu (fallback)", 10_000, "cpu", "CpuAccelerator"),
+    _builtin("generic", 950, "generic", "GenericAccelerator", how="torch.accelerator"),
+    _builtin("cpu", 10_000, "cpu", "CpuAccelerator", how="fallback"),
 )
 
 logger = logging.getLogger("anyaccel.plugins")

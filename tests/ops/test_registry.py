@@ -19,8 +19,8 @@ from anyaccel.ops.errors import OpNotAvailableError
     [
         ("cpu", "anyaccel.ops.cpu"),
         ("cuda", "anyaccel.ops.cuda"),
-        ("xpu.external", "anyaccel.ops.xpu"),
-        ("npu", "anyaccel.ops.npu"),
+        ("xpu.external", "anyaccel.ops.host"),
+        ("npu", "anyaccel.ops.host"),
         ("my.vendor-device", "anyaccel.ops.cpu"),
     ],
 )

@@ -19,7 +19,7 @@ import torch
 from anyaccel.backends.runtime_probe import RuntimeCheck, count_devices
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.errors import AcceleratorUnavailableError, UnsupportedFeatureError
-from anyaccel.probe import BackendCandidate, ProbeOutcome
+from anyaccel.probe import FORCE_ENV, BackendCandidate, ProbeOutcome
 
 __all__ = ["GENERIC_PRIORITY", "GenericAccelerator", "device_alias_candidate", "probe"]
 
@@ -28,7 +28,7 @@ GENERIC_PRIORITY = 950
 
 _REMEDY = (
     "Install and import the vendor's PyTorch extension (it registers its device with torch), "
-    "or choose a backend with DS_ACCELERATOR."
+    f"or choose a backend with {FORCE_ENV}."
 )
 
 

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import os
 
-import torch
-
-from anyaccel.backends.runtime_probe import RuntimeCheck, probe_device_runtime
+from anyaccel.backends.runtime_probe import RuntimeCheck, probe_runtime_of
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.probe import ProbeOutcome
 
@@ -32,13 +30,11 @@ __all__ = ["EVENT_TIMER_ENV", "KlxpuAccelerator", "probe"]
 
 def probe() -> ProbeOutcome:
     """Import torch_xmlir (only if installed) and count XPUs through its ``torch.cuda``."""
-    return probe_device_runtime(
-        package="torch_xmlir",
-        device_module=lambda _package: getattr(torch, "cuda", None),
+    return probe_runtime_of(
+        KlxpuAccelerator,
         vendor="Kunlunxin XPU",
-        install_hint="Install Kunlunxin's XPU driver and the torch_xmlir wheel matching torch.",
+        install_hint="Install Kunlunxin's XPU driver and the {package} wheel matching torch.",
         check=RUNTIME_CHECK,
-        visible_env="CUDA_VISIBLE_DEVICES",
     )
 
 

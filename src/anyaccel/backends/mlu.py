@@ -8,9 +8,7 @@ Profiler ranges: ``torch.mlu.cnpx``. Triton: Cambricon's Triton backend, when in
 
 from __future__ import annotations
 
-import torch
-
-from anyaccel.backends.runtime_probe import RuntimeCheck, probe_device_runtime
+from anyaccel.backends.runtime_probe import RuntimeCheck, probe_runtime_of
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.probe import ProbeOutcome, package_installed
 
@@ -24,13 +22,11 @@ __all__ = ["MluAccelerator", "probe"]
 
 def probe() -> ProbeOutcome:
     """Import torch_mlu (only if installed) and count MLUs."""
-    return probe_device_runtime(
-        package="torch_mlu",
-        device_module=lambda _package: getattr(torch, "mlu", None),
+    return probe_runtime_of(
+        MluAccelerator,
         vendor="Cambricon MLU",
-        install_hint="Install Cambricon Neuware and the torch_mlu wheel matching torch.",
+        install_hint="Install Cambricon Neuware and the {package} wheel matching torch.",
         check=RUNTIME_CHECK,
-        visible_env="MLU_VISIBLE_DEVICES",
     )
 
 

@@ -9,9 +9,7 @@ MUSA can make ``torch.cuda`` report devices that are really Moore Threads GPUs.
 
 from __future__ import annotations
 
-import torch
-
-from anyaccel.backends.runtime_probe import RuntimeCheck, probe_device_runtime
+from anyaccel.backends.runtime_probe import RuntimeCheck, probe_runtime_of
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.probe import ProbeOutcome
 
@@ -25,13 +23,11 @@ __all__ = ["MusaAccelerator", "probe"]
 
 def probe() -> ProbeOutcome:
     """Import torch_musa (only if installed) and count Moore Threads GPUs."""
-    return probe_device_runtime(
-        package="torch_musa",
-        device_module=lambda _package: getattr(torch, "musa", None),
+    return probe_runtime_of(
+        MusaAccelerator,
         vendor="Moore Threads MUSA",
-        install_hint="Install the MUSA toolkit and the torch_musa wheel matching torch.",
+        install_hint="Install the MUSA toolkit and the {package} wheel matching torch.",
         check=RUNTIME_CHECK,
-        visible_env="MUSA_VISIBLE_DEVICES",
     )
 
 

@@ -18,9 +18,10 @@ from typing import Any
 
 import torch
 
-from anyaccel.backends.runtime_probe import RuntimeCheck, probe_device_runtime
+from anyaccel.backends.runtime_probe import RuntimeCheck, probe_runtime_of
 from anyaccel.backends.torch_module import TorchModuleAccelerator
-from anyaccel.probe import ProbeOutcome
+from anyaccel.probe import FORCE_ENV, ProbeOutcome
+from anyaccel.settings import AUTOLOAD_ENV
 
 #: How users check the runtime when it fails (the vendor's own status tool).
 RUNTIME_CHECK = RuntimeCheck(
@@ -35,7 +36,7 @@ _ACL_HOST_REGISTER_MAPPED = 0x2
 _CANN_REMEDY = (
     "Install the Ascend CANN toolkit and run `source <CANN>/set_env.sh` (it puts libhccl.so "
     "and libascendcl.so on LD_LIBRARY_PATH), or uninstall torch-npu. Until then, "
-    "TORCH_DEVICE_BACKEND_AUTOLOAD=0 keeps `import torch` working."
+    f"{AUTOLOAD_ENV}=0 keeps `import torch` working."
 )
 
 
@@ -46,8 +47,9 @@ def _diagnose(text: str) -> tuple[str, str] | None:
             return f"Ascend CANN libraries not found ({library} is missing)", _CANN_REMEDY
     if "Two accelerators cannot be used at the same time" in text:
         return (
-            "torch_npu refuses to run on this torch build, which has another accelerator",
-            "Install the CPU build of torch that matches torch-npu, or unset DS_ACCELERATOR "
+            f"{NpuAccelerator.runtime_package} refuses to run on this torch build, which has "
+            "another accelerator",
+            f"Install the CPU build of torch that matches torch-npu, or unset {FORCE_ENV} "
             "to use the other accelerator.",
         )
     return None
@@ -55,16 +57,14 @@ def _diagnose(text: str) -> tuple[str, str] | None:
 
 def probe() -> ProbeOutcome:
     """Import torch_npu (only if installed) and count NPUs through the driver, not a context."""
-    return probe_device_runtime(
-        package="torch_npu",
-        device_module=lambda _package: getattr(torch, "npu", None),
+    return probe_runtime_of(
+        NpuAccelerator,
         vendor="Ascend NPU",
         install_hint=(
             f"pip install torch-npu=={torch.__version__.split('+')[0]} "
             "(and install the Ascend CANN toolkit)."
         ),
         check=RUNTIME_CHECK,
-        visible_env="ASCEND_RT_VISIBLE_DEVICES",
         diagnose=_diagnose,
     )
 

@@ -17,10 +17,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from anyaccel.errors import AnyaccelError
 from anyaccel.probe import ProbeOutcome, package_installed
+from anyaccel.settings import AUTOLOAD_ENV
+
+if TYPE_CHECKING:
+    from anyaccel.backends.torch_module import TorchModuleAccelerator
 
 __all__ = [
     "RuntimeCheck",
@@ -28,10 +32,8 @@ __all__ = [
     "count_devices",
     "import_runtime",
     "probe_device_runtime",
+    "probe_runtime_of",
 ]
-
-#: The switch for torch's out-of-tree backend autoload (torch >= 2.5).
-AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 #: Turns an import failure's text into (what went wrong, what to do), or ``None`` if unknown.
 Diagnosis = Callable[[str], "tuple[str, str] | None"]
@@ -178,6 +180,46 @@ def probe_device_runtime(
             + (f", and that {visible_env} does not hide it." if visible_env else "."),
         )
     return ProbeOutcome.found(f"{count} {vendor} device(s) through {package}", count)
+
+
+def probe_runtime_of(
+    accelerator: type[TorchModuleAccelerator],
+    *,
+    vendor: str,
+    install_hint: str,
+    check: RuntimeCheck,
+    diagnose: Diagnosis | None = None,
+) -> ProbeOutcome:
+    """:func:`probe_device_runtime` for a backend class, with the facts its data sheet states.
+
+    The package (``runtime_package``), the device module (``torch.<device_module_name>``) and
+    the visible-devices variable (the first of ``visible_devices_env_names``) come from the
+    class, so a vendor module states each of them once; ``{package}`` in ``install_hint``
+    names the package.
+    """
+    package = accelerator.runtime_package
+    if not package:
+        raise TypeError(
+            f"{accelerator.__qualname__} names no runtime_package; set it, or probe with "
+            "probe_device_runtime(package=...)"
+        )
+    module_name = accelerator.device_module_name or accelerator._name
+    envs = accelerator.visible_devices_env_names
+
+    def device_module(_package: ModuleType) -> Any:
+        import torch
+
+        return getattr(torch, module_name, None)
+
+    return probe_device_runtime(
+        package=package,
+        device_module=device_module,
+        vendor=vendor,
+        install_hint=install_hint.format(package=package),
+        check=check,
+        visible_env=envs[0] if envs else None,
+        diagnose=diagnose,
+    )
 
 
 def _torch_version() -> str:

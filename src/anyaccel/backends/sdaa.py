@@ -7,9 +7,7 @@ Collectives: ``tccl``. Visible devices: ``SDAA_VISIBLE_DEVICES``. Exported to ot
 
 from __future__ import annotations
 
-import torch
-
-from anyaccel.backends.runtime_probe import RuntimeCheck, probe_device_runtime
+from anyaccel.backends.runtime_probe import RuntimeCheck, probe_runtime_of
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.probe import ProbeOutcome
 
@@ -23,13 +21,11 @@ __all__ = ["SdaaAccelerator", "probe"]
 
 def probe() -> ProbeOutcome:
     """Import torch_sdaa (only if installed) and count SDAA devices."""
-    return probe_device_runtime(
-        package="torch_sdaa",
-        device_module=lambda _package: getattr(torch, "sdaa", None),
+    return probe_runtime_of(
+        SdaaAccelerator,
         vendor="Tecorigin SDAA",
-        install_hint="Install Tecorigin's SDAA driver, runtime and the torch_sdaa wheel.",
+        install_hint="Install Tecorigin's SDAA driver, runtime and the {package} wheel.",
         check=RUNTIME_CHECK,
-        visible_env="SDAA_VISIBLE_DEVICES",
     )
 
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import sys
 
-import torch
-
 from anyaccel.abstract import InstanceDefault
-from anyaccel.backends.runtime_probe import RuntimeCheck, probe_device_runtime
+from anyaccel.backends.runtime_probe import RuntimeCheck, probe_runtime_of
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 from anyaccel.probe import ProbeOutcome, package_installed
 
@@ -26,13 +24,11 @@ __all__ = ["SupaAccelerator", "probe"]
 
 def probe() -> ProbeOutcome:
     """Import torch_supa (only if installed) and count Biren GPUs through ``torch.supa``."""
-    return probe_device_runtime(
-        package="torch_supa",
-        device_module=lambda _package: getattr(torch, "supa", None),
+    return probe_runtime_of(
+        SupaAccelerator,
         vendor="Biren SUPA",
-        install_hint="Install Biren's BIRENSUPA driver and the torch_supa wheel matching torch.",
+        install_hint="Install Biren's BIRENSUPA driver and the {package} wheel matching torch.",
         check=RUNTIME_CHECK,
-        visible_env="SUPA_VISIBLE_DEVICES",
     )
 
 

@@ -14,7 +14,6 @@ natively lacks ``memory_cached``-style names (the base maps them to ``memory_res
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -27,10 +26,11 @@ from anyaccel.backends.runtime_probe import (
     count_devices,
     import_runtime,
     probe_device_runtime,
+    probe_runtime_of,
     visibility_note,
 )
 from anyaccel.backends.torch_module import TorchModuleAccelerator
-from anyaccel.probe import FORCE_ENV, ProbeOutcome, forced_name, package_installed
+from anyaccel.probe import FORCE_ENV, ProbeOutcome, forced_name, package_installed, torch_release
 
 __all__ = [
     "IpexXpuAccelerator",
@@ -50,11 +50,15 @@ RUNTIME_CHECK = RuntimeCheck(
 )
 
 _EXTERNAL_PACKAGE = "intel_extension_for_deepspeed"
-_IPEX_PACKAGE = "intel_extension_for_pytorch"
 
 
 def _xpu_module(_package: object = None) -> Any:
-    return getattr(torch, "xpu", None)
+    return getattr(torch, XpuAccelerator.device_module_name, None)
+
+
+def _visible_env() -> str:
+    """The variable that hides Intel GPUs, as the accelerator class states it."""
+    return XpuAccelerator.visible_devices_env_names[0]
 
 
 def probe_external() -> ProbeOutcome:
@@ -65,12 +69,12 @@ def probe_external() -> ProbeOutcome:
         vendor="Intel XPU",
         install_hint="pip install intel-extension-for-deepspeed (with IPEX and oneCCL bindings).",
         check=RUNTIME_CHECK,
-        visible_env="ZE_AFFINITY_MASK",
+        visible_env=_visible_env(),
     )
     if outcome.available and not hasattr(import_runtime(_EXTERNAL_PACKAGE), "XPU_Accelerator"):
         return ProbeOutcome.broken(
             f"{_EXTERNAL_PACKAGE} imports but has no XPU_Accelerator class",
-            "Upgrade intel-extension-for-deepspeed, or set DS_ACCELERATOR=xpu to use IPEX or "
+            f"Upgrade intel-extension-for-deepspeed, or set {FORCE_ENV}=xpu to use IPEX or "
             "native torch.xpu instead.",
         )
     return outcome
@@ -84,22 +88,15 @@ def external_accelerator() -> Any:
 
 def probe_ipex() -> ProbeOutcome:
     """intel_extension_for_pytorch imports and ``torch.xpu`` sees a device."""
-    return probe_device_runtime(
-        package=_IPEX_PACKAGE,
-        device_module=_xpu_module,
+    return probe_runtime_of(
+        IpexXpuAccelerator,
         vendor="Intel XPU",
         install_hint=(
             "pip install intel-extension-for-pytorch (or use torch >= 2.8 with native XPU "
             "support: pip install torch --index-url https://download.pytorch.org/whl/xpu)."
         ),
         check=RUNTIME_CHECK,
-        visible_env="ZE_AFFINITY_MASK",
     )
-
-
-def _torch_release() -> tuple[int, int]:
-    match = re.match(r"(\d+)\.(\d+)", str(torch.__version__))
-    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
 
 def _cuda_device_count() -> int:
@@ -110,7 +107,7 @@ def _cuda_device_count() -> int:
 
 def probe_native() -> ProbeOutcome:
     """torch >= 2.8 built with XPU sees a device, and no CUDA device competes for the process."""
-    release = _torch_release()
+    release = torch_release()
     needed = ".".join(map(str, NATIVE_MIN_TORCH))
     install = (
         f"Install torch >= {needed} built for XPU: "
@@ -131,11 +128,11 @@ def probe_native() -> ProbeOutcome:
     if isinstance(count, ProbeOutcome):
         return count
     if count <= 0:
-        where = visibility_note("ZE_AFFINITY_MASK")
+        where = visibility_note(_visible_env())
         return ProbeOutcome.no_device(
             f"torch {torch.__version__} supports XPU but sees no Intel GPU{where}",
             "Check that the Intel GPU driver (Level Zero) is installed and that "
-            "ZE_AFFINITY_MASK does not hide the device.",
+            f"{_visible_env()} does not hide the device.",
         )
     forced = forced_name() == "xpu"
     cuda = _cuda_device_count() if not forced else 0
@@ -186,7 +183,7 @@ class XpuAccelerator(TorchModuleAccelerator):
 class IpexXpuAccelerator(XpuAccelerator):
     """Intel GPUs through ``torch.xpu`` as intel_extension_for_pytorch extends it."""
 
-    runtime_package = _IPEX_PACKAGE
+    runtime_package = "intel_extension_for_pytorch"
 
     def build_extension(self) -> type[Any]:
         """IPEX's ``DpcppBuildExtension``, which compiles SYCL sources."""

@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from anyaccel.probe import FORCE_ENV, resolve
+
 __all__ = [
     "EXTRA_PACKAGES",
     "SCHEMA_VERSION",
@@ -45,7 +47,7 @@ EXTRA_PACKAGES: tuple[str, ...] = (
 )
 
 #: Environment variables that steer anyaccel besides ``ANYACCEL_*`` and visible-devices ones.
-_STEERING_ENV = ("DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR")
+_STEERING_ENV = (FORCE_ENV, "TORCH_EXTENSIONS_DIR")
 
 
 def _ask(question: Callable[[], Any]) -> Any:
@@ -170,8 +172,7 @@ def _builtin_classes() -> list[type[Any]]:
     for candidate in BUILTIN_CANDIDATES:
         if not isinstance(candidate.accelerator, str):
             continue
-        module_name, _, attribute = candidate.accelerator.partition(":")
-        value = getattr(importlib.import_module(module_name), attribute, None)
+        value = resolve(candidate.accelerator)
         if isinstance(value, type) and value not in classes:
             classes.append(value)
     return classes

@@ -20,6 +20,8 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from anyaccel.settings import AUTOLOAD_ENV
+
 __all__ = ["SummaryError", "accelerator_summary", "add_arguments", "run"]
 
 
@@ -142,7 +144,7 @@ def _torch_import_problem() -> str | None:
     try:
         import torch  # noqa: F401
     except Exception as error:  # torch's own import, and third-party code it runs
-        if "TORCH_DEVICE_BACKEND_AUTOLOAD" not in str(error):
+        if AUTOLOAD_ENV not in str(error):
             return f"importing torch failed: {type(error).__name__}: {error}"
         cause = error.__cause__
         raised = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
@@ -150,8 +152,7 @@ def _torch_import_problem() -> str | None:
             f"importing torch failed: a torch device-backend plugin raised while torch "
             f"autoloaded it{raised}. torch runs every entry point of the group "
             f"'torch.backends' on import; installed here: {_torch_backend_entry_points()}. "
-            "Fix or uninstall that package, or set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to skip "
-            "autoloading"
+            f"Fix or uninstall that package, or set {AUTOLOAD_ENV}=0 to skip autoloading"
         )
     return None
 

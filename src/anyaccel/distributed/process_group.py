@@ -18,6 +18,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from anyaccel.abstract import Accelerator
 from anyaccel.detection import get_accelerator
 from anyaccel.distributed.agreement import AGREEMENT_WAIT_S, BackendChoice, agree_on_backend
 from anyaccel.distributed.binding import bind_cores as apply_binding
@@ -33,8 +34,16 @@ from anyaccel.distributed.shm.backend import (
     register_backend,
 )
 from anyaccel.errors import InvalidSettingError
+from anyaccel.probe import resolve
+from anyaccel.registry import BUILTIN_CANDIDATES
 
-__all__ = ["BACKEND_REMEDIES", "backend_choice", "cpu_collectives", "init_distributed"]
+__all__ = [
+    "BACKEND_REMEDIES",
+    "backend_choice",
+    "backend_remedy",
+    "cpu_collectives",
+    "init_distributed",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -74,18 +83,44 @@ def _default_backend(accelerator_name: str, native: str, info: LaunchInfo, shm: 
     return backend
 
 
-#: What to install when a collective backend is missing from this torch.
+#: What to install when one of torch's own collective backends is missing. A vendor's backend
+#: (hccl, cncl, ...) is answered from the backend classes: their runtime package.
 BACKEND_REMEDIES: dict[str, str] = {
     "nccl": "install a CUDA build of PyTorch (NCCL ships with it)",
     "ccl": "pip install oneccl_bind_pt (Intel oneCCL bindings for PyTorch)",
     "xccl": "use torch >= 2.8 built with XPU support, or install oneccl_bind_pt for 'ccl'",
-    "hccl": "install torch_npu (Ascend) or habana_frameworks (Gaudi) and import it first",
-    "cncl": "install torch_mlu (Cambricon Neuware)",
-    "mccl": "install torch_musa (Moore Threads)",
-    "tccl": "install torch_sdaa (Tecorigin)",
-    "bccl": "install torch_supa (Biren)",
     "mpi": "build PyTorch from source with MPI support",
 }
+
+
+def _runtime_packages(backend: str, accelerator: Accelerator) -> list[str]:
+    """The runtime packages of the backend classes whose collective backend is ``backend``.
+
+    Read from the classes (the one in use, then anyaccel's built-ins), never restated here.
+    """
+    classes: list[object] = [type(accelerator)]
+    classes += [resolve(c.accelerator) for c in BUILTIN_CANDIDATES if c.is_builtin]
+    packages: list[str] = []
+    for cls in classes:
+        package = getattr(cls, "runtime_package", None)
+        if cls is type(accelerator):
+            names = backend_names(accelerator.communication_backend_name())
+        else:
+            named = getattr(cls, "_communication_backend_name", None)
+            names = [named] if isinstance(named, str) else []
+        if isinstance(package, str) and backend in names and package not in packages:
+            packages.append(package)
+    return packages
+
+
+def backend_remedy(backend: str, accelerator: Accelerator) -> str:
+    """What to install so that collective backend ``backend`` is available."""
+    if backend in BACKEND_REMEDIES:
+        return BACKEND_REMEDIES[backend]
+    packages = _runtime_packages(backend, accelerator)
+    if packages:
+        return f"install {' or '.join(packages)} and import it first"
+    return f"install the package that provides {backend!r}"
 
 
 def _backend_available(backend: str) -> bool:
@@ -190,10 +225,7 @@ def init_distributed(
         register_backend()
     if not _backend_available(backend):
         missing = [n for n in backend_names(backend) if not _one_backend_available(n)] or [backend]
-        remedy = "; ".join(
-            BACKEND_REMEDIES.get(name, f"install the package that provides {name!r}")
-            for name in missing
-        )
+        remedy = "; ".join(backend_remedy(name, accelerator) for name in missing)
         raise DistributedSetupError(
             f"collective backend {backend!r} (for accelerator {accelerator._name!r}) is not "
             f"available in this process: {remedy}; or pass backend='gloo' for CPU collectives"

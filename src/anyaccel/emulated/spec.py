@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 
 from anyaccel.errors import InvalidSettingError
+from anyaccel.settings import EMULATED_ENV
 
 __all__ = [
     "DEFAULT_DEVICE_TYPE",
@@ -17,8 +18,6 @@ __all__ = [
     "spec_from_environment",
 ]
 
-#: ``<type>:<count>[:<capacity>]``, read when ``DS_ACCELERATOR=emulated`` chooses this backend.
-EMULATED_ENV = "ANYACCEL_EMULATED"
 #: The device type when none is named.
 DEFAULT_DEVICE_TYPE = "emu"
 #: The most devices one process may emulate: the native core's table size (its builder passes

@@ -19,17 +19,28 @@ import os
 import sys
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-#: What accelerate reads to tell a launched rank (LOCAL_RANK, or a world size above 1).
-_WORLD_SIZE_ENVS = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+#: What accelerate reads to decide a job has several processes (besides ``LOCAL_RANK``).
+#: Defined here, in the file the child runs, so the asking side and the child read one list.
+WORLD_SIZE_ENVS = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 
 
-def _launched() -> bool:
-    sizes = [os.environ.get(name, "").strip() for name in _WORLD_SIZE_ENVS]
-    world = max((int(size) for size in sizes if size.isdigit()), default=1)
-    return os.environ.get("LOCAL_RANK", "-1") != "-1" or world > 1
+def launched_world_size(environ: Mapping[str, str] | None = None) -> int:
+    """How many processes the launcher started, from the variables accelerate reads (1 if none).
+
+    ``LOCAL_RANK`` alone (``torchrun --nproc-per-node 1``) counts as a job of one process.
+    """
+    env = os.environ if environ is None else environ
+    sizes = [env.get(name, "").strip() for name in WORLD_SIZE_ENVS]
+    return max((int(size) for size in sizes if size.isdigit()), default=1)
+
+
+def accelerate_launched(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether accelerate would treat this process as one rank of a launched job."""
+    env = os.environ if environ is None else environ
+    return env.get("LOCAL_RANK", "-1") != "-1" or launched_world_size(env) > 1
 
 
 def _join_alone() -> None:
@@ -110,7 +121,7 @@ def _answer(scenario: dict[str, Any], question: str) -> dict[str, Any]:
     for name in scenario.get("unset", []):
         os.environ.pop(name, None)
     try:
-        if _launched():
+        if accelerate_launched():
             _join_alone()
         return {"answer": QUESTIONS[question]()}
     except Exception as error:  # the frameworks' own refusal is the answer

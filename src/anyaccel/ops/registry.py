@@ -18,17 +18,20 @@ from anyaccel.forksafe import ForkSafeLock
 from anyaccel.ops.builder import Compatibility, OpBuilder
 from anyaccel.ops.errors import OpNotAvailableError
 
-#: The builder package of every accelerator anyaccel ships (``xpu.external`` shares ``xpu``'s).
+#: The package of the devices anyaccel ships no kernels for: the host-side builders alone.
+DEVICE_HOST_PACKAGE = "anyaccel.ops.host"
+
+#: The builder package of every accelerator anyaccel ships.
 BUILTIN_PACKAGES: dict[str, str] = {
     "cpu": "anyaccel.ops.cpu",
     "cuda": "anyaccel.ops.cuda",
-    "xpu": "anyaccel.ops.xpu",
-    "xpu.external": "anyaccel.ops.xpu",
-    "npu": "anyaccel.ops.npu",
-    "mps": "anyaccel.ops.mps",
-    "hpu": "anyaccel.ops.hpu",
-    "mlu": "anyaccel.ops.mlu",
-    "sdaa": "anyaccel.ops.sdaa",
+    "xpu": DEVICE_HOST_PACKAGE,
+    "xpu.external": DEVICE_HOST_PACKAGE,
+    "npu": DEVICE_HOST_PACKAGE,
+    "mps": DEVICE_HOST_PACKAGE,
+    "hpu": DEVICE_HOST_PACKAGE,
+    "mlu": DEVICE_HOST_PACKAGE,
+    "sdaa": DEVICE_HOST_PACKAGE,
 }
 
 #: Accelerators anyaccel does not know get the host (CPU) ops, which run beside any device.

@@ -31,6 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from anyaccel.probe import FORCE_ENV
+from anyaccel.settings import EMULATED_ENV
+
 if TYPE_CHECKING:
     from anyaccel.testing.conformance import ConformanceReport
 
@@ -53,7 +56,7 @@ EMULATED_OPTION = "--anyaccel-emulated"
 EMULATED_INI = "anyaccel_emulated"
 _SPEC_HELP = "TYPE:COUNT[:CAPACITY], e.g. npu:2 or emu:2:8GiB"
 #: The environment the choice travels in (read by get_accelerator(), here and in subprocesses).
-_FORCE_ENV, _FORCE_VALUE, _SPEC_ENV = "DS_ACCELERATOR", "emulated", "ANYACCEL_EMULATED"
+_FORCE_ENV, _FORCE_VALUE, _SPEC_ENV = FORCE_ENV, "emulated", EMULATED_ENV
 _emulated_key = pytest.StashKey[str]()
 
 

@@ -26,8 +26,6 @@ __all__ = [
     "simulation_for",
 ]
 
-#: The simulation (``VENDOR[:COUNT]``) the processes a simulated script starts enter at startup.
-SIMULATED_ENV = "ANYACCEL_SIMULATED"
 #: The folder holding the ``sitecustomize`` that enters it.
 SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
 

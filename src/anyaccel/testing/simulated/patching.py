@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from anyaccel.settings import AUTOLOAD_ENV
 from anyaccel.testing.simulated.device_module import SimulatedDeviceModule
 
 __all__ = [
@@ -32,9 +33,6 @@ __all__ = [
 
 #: An ``(owner, attribute, value)`` patch.
 Patch = tuple[object, str, object]
-
-#: The variable torch reads to decide whether it imports vendor packages' entry points.
-AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 _Module = TypeVar("_Module", bound=SimulatedDeviceModule)
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch.torch_version import TorchVersion
 
+from anyaccel.probe import torch_release
 from anyaccel.testing.simulated.device_module import SimulatedDeviceModule
 from anyaccel.testing.simulated.patching import Patch, installed, package_module
 
@@ -397,7 +398,7 @@ def simulate_xpu(
     from anyaccel.backends import xpu as xpu_backend
 
     release: Patch | None = None
-    if path == "native" and xpu_backend._torch_release() < xpu_backend.NATIVE_MIN_TORCH:
+    if path == "native" and torch_release() < xpu_backend.NATIVE_MIN_TORCH:
         needed = ".".join(map(str, xpu_backend.NATIVE_MIN_TORCH))
         release = (torch, "__version__", TorchVersion(f"{needed}.0"))
     with installed(module, packages, *([release] if release else [])):

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 
-if os.environ.get("ANYACCEL_SIMULATED"):
-    from anyaccel.emulated.vendors.processes import SIMULATED_ENV, enter_for_process
+from anyaccel.settings import SIMULATED_ENV
+
+if os.environ.get(SIMULATED_ENV):
+    from anyaccel.emulated.vendors.processes import enter_for_process
 
     enter_for_process(os.environ[SIMULATED_ENV])
