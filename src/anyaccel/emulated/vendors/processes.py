@@ -13,6 +13,8 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from anyaccel.settings import SIMULATED_ENV
+
 if TYPE_CHECKING:
     from anyaccel.testing.simulated.device_module import SimulatedDeviceModule
 
