@@ -169,6 +169,8 @@ def test_accelerates_test_ops_pass_on_two_multi_cpu_ranks(jobs: Jobs) -> None:
     _assert_two_multi_cpu_ranks([result["ops"] for _, result in ranks], "anyaccel_shm")
     _installed_group([result for _, result in ranks], "anyaccel_shm")
     for output, result in ranks:
+        # the script's first line, a bare PartialState() after install(): both ranks, not NO
+        assert "=== first state: MULTI_CPU, 2" in output
         assert "=== ops passed" in output
         assert result["installed_distributed_type"] == "MULTI_CPU"
     main_output = ranks[0][0]  # test_ops prints its progress on the main process only

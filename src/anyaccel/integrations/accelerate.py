@@ -10,7 +10,9 @@ before their state exists, and changes nothing else::
 
 - the CPU: ``ACCELERATE_USE_CPU=true`` (what ``accelerate launch --cpu`` sets), read by every
   ``Accelerator()`` and ``TrainingArguments``. Under ``torchrun`` this makes a real
-  ``MULTI_CPU`` job instead of N processes that each believe they are alone.
+  ``MULTI_CPU`` job instead of N processes that each believe they are alone; there
+  :func:`install` also joins the default group and builds accelerate's shared
+  ``PartialState(cpu=True)``, which a bare ``PartialState()`` would build as one process.
 - another device, one process: ``ACCELERATE_TORCH_DEVICE=<device>:<index>``, which both
   accelerate's ``PartialState`` and the last step of transformers' own device choice read.
 - another device, several processes: accelerate must already pick it on its own; otherwise
@@ -478,6 +480,25 @@ def _join_the_group(plan: _Plan, environ: Mapping[str, str]) -> str | None:
     return str(dist.get_backend())
 
 
+def _build_multi_cpu_state(plan: _Plan, group: str | None) -> None:
+    """On CPU ranks in a process group, build accelerate's shared state: ``PartialState(cpu=True)``.
+
+    ``Accelerator()`` and ``TrainingArguments`` read ``ACCELERATE_USE_CPU``, but a bare
+    ``PartialState()`` (``PartialState().is_main_process``, many scripts' first line) reads no
+    variable for the CPU and would run each rank alone as ``DistributedType.NO``. accelerate
+    keeps one shared state per process and every later ``PartialState()`` or ``Accelerator()``
+    returns it, so building it here through its public constructor gives them all the
+    ``MULTI_CPU`` state on the group ``install()`` joined. Without a group (no rendezvous for
+    ``install()`` to join) the state is left to accelerate, which makes the group with the
+    user's own ``InitProcessGroupKwargs``: there build ``Accelerator()`` or
+    ``PartialState(cpu=True)`` first.
+    """
+    if plan.accelerate.distributed_type != "MULTI_CPU" or group is None:
+        return
+    if _existing_state() is None:
+        importlib.import_module("accelerate.state").PartialState(cpu=True)
+
+
 _lock = ForkSafeLock(reentrant=True)  # renewed in a forked child
 _installation: Installation | None = None
 
@@ -550,6 +571,12 @@ def install(accelerator: Accelerator | None = None) -> Installation:
         previous = {name: os.environ.get(name) for name in plan.environment}
         for name, value in plan.environment.items():
             os.environ[name] = value
+        try:
+            _build_multi_cpu_state(plan, group)
+        except Exception:  # accelerate's own refusal: put the variables back, keep no record
+            for name, before in previous.items():
+                _restore(name, before)
+            raise
         _installation = Installation(
             device=plan.device,
             distributed_type=plan.accelerate.distributed_type,
