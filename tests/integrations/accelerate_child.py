@@ -47,12 +47,14 @@ def _run_script(name: str) -> dict[str, Any]:
     One script per job: both end by destroying the process group, and a second
     ``init_process_group`` in the same torchrun job can hang on torchrun's store.
     """
-    from accelerate import Accelerator
+    from accelerate import Accelerator, PartialState
     from accelerate.test_utils.scripts import test_ops, test_script
 
-    # the state the script shares, built as a user's script builds it: Accelerator() reads
-    # ACCELERATE_USE_CPU (a bare PartialState(), which test_ops starts with, reads no variable)
-    Accelerator()
+    # the state the script shares, built as users' scripts build it first: test_ops starts
+    # with a bare PartialState() (which reads no variable for the CPU: install() built the
+    # MULTI_CPU state it returns), test_script with Accelerator()
+    first = PartialState() if name == "ops" else Accelerator()
+    print(f"=== first state: {first.distributed_type.name}, {first.num_processes}", flush=True)
     group = _group_backend()
     (test_ops if name == "ops" else test_script).main()
     print(f"=== {name} passed", flush=True)

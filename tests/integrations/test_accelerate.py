@@ -92,6 +92,9 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:
             _env(DS_ACCELERATOR="cpu", LOCAL_RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2"),
         ),
     }
+    by_import = str(HERE / "accelerate_device_by_import.py")
+    for mode in ("import_only", "emulated"):
+        commands[f"by_import_{mode}"] = ([sys.executable, by_import, mode], _env())
     if _HAS_TRANSFORMERS:
         trainer = [*torchrun, str(CHILD), "trainer"]
         commands["trainer"] = (trainer, cpu)
@@ -169,6 +172,8 @@ def test_accelerates_test_ops_pass_on_two_multi_cpu_ranks(jobs: Jobs) -> None:
     _assert_two_multi_cpu_ranks([result["ops"] for _, result in ranks], "anyaccel_shm")
     _installed_group([result for _, result in ranks], "anyaccel_shm")
     for output, result in ranks:
+        # the script's first line, a bare PartialState() after install(): both ranks, not NO
+        assert "=== first state: MULTI_CPU, 2" in output
         assert "=== ops passed" in output
         assert result["installed_distributed_type"] == "MULTI_CPU"
     main_output = ranks[0][0]  # test_ops prints its progress on the main process only
@@ -255,6 +260,24 @@ def test_training_arguments_device_is_the_simulated_device_after_install(
     }
     assert simulated["training_arguments_device"] == "supa:0"
     assert simulated["partial_state_device"] == "supa:0"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["import_only", "emulated"])
+def test_a_device_registered_in_this_process_only_is_the_one_accelerate_is_asked_about(
+    jobs: Jobs, mode: str
+) -> None:
+    # import_only: a vendor package imported by the script (no backend autoload), found by the
+    # generic backend; emulated: anyaccel.testing.emulated.install(), a call. Neither exists in
+    # a fresh child unless install() hands it over: accelerate used to refuse "vpu:0" there.
+    result = _last_json(jobs, f"by_import_{mode}")
+    backend = "GenericAccelerator" if mode == "import_only" else "EmulatedAccelerator"
+    assert result["backend"] == backend
+    assert result["installed_device"] == "vpu:0"
+    assert result["partial_state_device"] == "vpu:0"
+    assert "device='vpu', distributed_type='NO'" in result["after_install"]
+    if _HAS_TRANSFORMERS:
+        assert result["training_arguments_device"] == "vpu:0"
 
 
 _UNTOUCHED = {

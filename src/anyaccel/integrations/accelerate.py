@@ -10,7 +10,9 @@ before their state exists, and changes nothing else::
 
 - the CPU: ``ACCELERATE_USE_CPU=true`` (what ``accelerate launch --cpu`` sets), read by every
   ``Accelerator()`` and ``TrainingArguments``. Under ``torchrun`` this makes a real
-  ``MULTI_CPU`` job instead of N processes that each believe they are alone.
+  ``MULTI_CPU`` job instead of N processes that each believe they are alone; there
+  :func:`install` also joins the default group and builds accelerate's shared
+  ``PartialState(cpu=True)``, which a bare ``PartialState()`` would build as one process.
 - another device, one process: ``ACCELERATE_TORCH_DEVICE=<device>:<index>``, which both
   accelerate's ``PartialState`` and the last step of transformers' own device choice read.
 - another device, several processes: accelerate must already pick it on its own; otherwise
@@ -200,7 +202,7 @@ class Scenario:
 
 
 #: Answers already given, by (environment, scenario): each is asked once per process.
-_answers: dict[tuple[tuple[tuple[str, str], ...], Scenario], dict[str, dict[str, Any]]] = {}
+_answers: dict[tuple[tuple[tuple[tuple[str, str], ...], str], Scenario], dict[str, Any]] = {}
 _asking = ForkSafeLock()
 
 
@@ -219,7 +221,8 @@ def ask_frameworks(
     past ``timeout`` seconds), with the end of its output.
     """
     env = dict(os.environ if environ is None else environ)
-    key = tuple(sorted(env.items()))
+    runtime = _device_runtime()
+    key = (tuple(sorted(env.items())), json.dumps(runtime, sort_keys=True))
     with _asking:
         missing = [scenario for scenario in scenarios if (key, scenario) not in _answers]
         # one child for all of them; where this platform cannot fork, one per question
@@ -231,22 +234,57 @@ def ask_frameworks(
         for batch in batches:
             if not batch:
                 continue
-            for name, answers in _ask_child(batch, env, timeout).items():
+            for name, answers in _ask_child(batch, env, runtime, timeout).items():
                 scenario = next(s for s in missing if s.name == name)
                 _answers.setdefault((key, scenario), {}).update(answers)
         return {scenario.name: _answers[(key, scenario)] for scenario in scenarios}
 
 
+def _device_runtime() -> dict[str, Any]:
+    """How the child gets the PrivateUse1 device this process has (nothing for torch's own).
+
+    A vendor package without torch's backend autoload (or the generic backend's runtime)
+    registers its device when the user's script imports it, and the emulated device when
+    ``install()`` is called: a fresh child has neither, and ``torch.device("vpu:0")`` fails
+    there. So the child is told the PrivateUse1 name, the package that provides
+    ``torch.<name>`` (imported there, from where it was found here) and the emulated device's
+    spec (installed there; its build is cached).
+    """
+    torch = sys.modules.get("torch")  # no torch imported: no device of its to describe
+    getter = getattr(getattr(torch, "_C", None), "_get_privateuse1_backend_name", None)
+    name = str(getter()) if getter is not None else "privateuseone"
+    if torch is None or name == "privateuseone":
+        return {}
+    runtime: dict[str, Any] = {"privateuse1": name}
+    module = getattr(torch, name, None)
+    parts = str(getattr(module, "__name__", "")).split(".")
+    for depth in range(len(parts), 0, -1):  # the deepest importable module of its name
+        found = sys.modules.get(".".join(parts[:depth]))
+        origin = getattr(getattr(found, "__spec__", None), "origin", None)
+        if found is None or parts[0] == "__main__" or not origin or not Path(origin).is_file():
+            continue
+        root = Path(origin).parents[depth - (0 if origin.endswith("__init__.py") else 1)]
+        runtime["import"] = {"module": ".".join(parts[:depth]), "path": str(root)}
+        break
+    from anyaccel.ops.emulated.core import installed_spec
+
+    spec = installed_spec()
+    if spec is not None and spec.device_type == name:
+        runtime["emulated"] = asdict(spec)
+    return runtime
+
+
 def _ask_child(
-    scenarios: list[Scenario], env: dict[str, str], timeout: float
+    scenarios: list[Scenario], env: dict[str, str], runtime: dict[str, Any], timeout: float
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """Run ``framework_probe`` once for ``scenarios``; its answers by scenario name."""
     source = Path(__file__).with_name("framework_probe.py").read_text(encoding="utf-8")
     request = {
+        "runtime": runtime,
         "scenarios": [
             {"name": s.name, "ask": list(s.ask), "set": dict(s.set), "unset": list(s.unset)}
             for s in scenarios
-        ]
+        ],
     }
     try:
         done = subprocess.run(
@@ -478,6 +516,25 @@ def _join_the_group(plan: _Plan, environ: Mapping[str, str]) -> str | None:
     return str(dist.get_backend())
 
 
+def _build_multi_cpu_state(plan: _Plan, group: str | None) -> None:
+    """On CPU ranks in a process group, build accelerate's shared state: ``PartialState(cpu=True)``.
+
+    ``Accelerator()`` and ``TrainingArguments`` read ``ACCELERATE_USE_CPU``, but a bare
+    ``PartialState()`` (``PartialState().is_main_process``, many scripts' first line) reads no
+    variable for the CPU and would run each rank alone as ``DistributedType.NO``. accelerate
+    keeps one shared state per process and every later ``PartialState()`` or ``Accelerator()``
+    returns it, so building it here through its public constructor gives them all the
+    ``MULTI_CPU`` state on the group ``install()`` joined. Without a group (no rendezvous for
+    ``install()`` to join) the state is left to accelerate, which makes the group with the
+    user's own ``InitProcessGroupKwargs``: there build ``Accelerator()`` or
+    ``PartialState(cpu=True)`` first.
+    """
+    if plan.accelerate.distributed_type != "MULTI_CPU" or group is None:
+        return
+    if _existing_state() is None:
+        importlib.import_module("accelerate.state").PartialState(cpu=True)
+
+
 _lock = ForkSafeLock(reentrant=True)  # renewed in a forked child
 _installation: Installation | None = None
 
@@ -550,6 +607,12 @@ def install(accelerator: Accelerator | None = None) -> Installation:
         previous = {name: os.environ.get(name) for name in plan.environment}
         for name, value in plan.environment.items():
             os.environ[name] = value
+        try:
+            _build_multi_cpu_state(plan, group)
+        except Exception:  # accelerate's own refusal: put the variables back, keep no record
+            for name, before in previous.items():
+                _restore(name, before)
+            raise
         _installation = Installation(
             device=plan.device,
             distributed_type=plan.accelerate.distributed_type,

@@ -2,13 +2,16 @@
 
 :func:`anyaccel.integrations.accelerate.ask_frameworks` runs this file's source with
 ``python -c`` in a child process, so nothing is built in the asking process. It imports nothing
-of anyaccel. Each question runs in a process of its own (forked), so one answer's framework
-state never meets the next. A question asked under a launcher's variables first gets a
-one-process gloo group (on a ``HashStore``): accelerate then decides from those variables, as
-on every rank, and uses that group instead of waiting for the other ranks.
+of anyaccel, but the emulated device when the asker has one: first it gives itself the asker's
+PrivateUse1 device (:func:`_load_runtime`). Each question runs in a process of its own
+(forked), so one answer's framework state never meets the next. A question asked under a
+launcher's variables first gets a one-process gloo group (on a ``HashStore``): accelerate then
+decides from those variables, as on every rank, and uses that group instead of waiting for
+the other ranks.
 
-Reads one JSON request from ``sys.argv[1]``: ``{"scenarios": [{"name", "set", "unset",
-"ask"}]}``; prints one JSON line: ``{name: {question: {"answer": ...} or {"error": ...}}}``.
+Reads one JSON request from ``sys.argv[1]``: ``{"runtime": {...}, "scenarios": [{"name",
+"set", "unset", "ask"}]}``; prints one JSON line: ``{name: {question: {"answer": ...} or
+{"error": ...}}}``.
 """
 
 from __future__ import annotations
@@ -151,9 +154,40 @@ def _forked(scenario: dict[str, Any], question: str) -> dict[str, Any]:
     return dict(json.loads(text))
 
 
+def _load_runtime(runtime: dict[str, Any]) -> None:
+    """Give this process the asking process's PrivateUse1 device, before any question.
+
+    The emulated device is installed from its spec (the build is cached); a vendor package
+    that registers its device when imported is imported from where the asker found it. If
+    neither leaves torch with the device's name (a runtime made by code this process cannot
+    rerun), PrivateUse1 is renamed so that at least the device string parses.
+    """
+    name = runtime.get("privateuse1")
+    if not name:
+        return
+    import torch
+
+    emulated = runtime.get("emulated")
+    if emulated:
+        from anyaccel.ops.emulated.runtime import install
+        from anyaccel.ops.emulated.settings import EmulatedSpec
+
+        install(EmulatedSpec(**emulated))
+    found = runtime.get("import")
+    if found:
+        if found["path"] not in sys.path:
+            sys.path.append(found["path"])
+        importlib.import_module(found["module"])
+    if torch._C._get_privateuse1_backend_name() == "privateuseone":
+        from torch.utils.backend_registration import rename_privateuse1_backend
+
+        rename_privateuse1_backend(name)
+
+
 def main() -> None:
     warnings.simplefilter("ignore")
     request = json.loads(sys.argv[1])
+    _load_runtime(request.get("runtime", {}))
     for scenario in request["scenarios"]:  # imported once, before the forks share them
         if {"accelerate", "fp16", "device_map"} & set(scenario["ask"]):
             _framework("accelerate").Accelerator  # noqa: B018  (imports it)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, ClassVar
 
 import torch
@@ -164,7 +165,14 @@ def _check_fits_fp32(initial_accumulator_value: Any) -> None:
 
 
 class DeepSpeedCPUAdagrad(CPUAdagrad):
-    """``deepspeed.ops.adagrad.DeepSpeedCPUAdagrad``'s signature and state key over our kernel."""
+    """``deepspeed.ops.adagrad.DeepSpeedCPUAdagrad``'s signature, state key and attributes.
+
+    Beside torch's, DeepSpeed's attributes: ``opt_id`` (instances numbered from 0;
+    ``optimizer_id`` is the next number) and ``ds_opt_adagrad`` (the compiled kernel).
+    """
+
+    #: The ``opt_id`` the next instance gets (DeepSpeed's counter, on this class).
+    optimizer_id: ClassVar[int] = 0
 
     accumulator_key: ClassVar[str] = "exp_avg_sq"
     state_tensor_keys = ("exp_avg_sq",)
@@ -183,3 +191,10 @@ class DeepSpeedCPUAdagrad(CPUAdagrad):
             raise ValueError("Adagrad has no amsgrad variant; pass amsgrad=False")
         self.fp32_optimizer_states = bool(fp32_optimizer_states)
         super().__init__(model_params, lr=lr, eps=eps, weight_decay=weight_decay)
+        self.opt_id = DeepSpeedCPUAdagrad.optimizer_id
+        DeepSpeedCPUAdagrad.optimizer_id += 1
+
+    @property
+    def ds_opt_adagrad(self) -> ModuleType:
+        """DeepSpeed's name for the compiled kernel module (``self.kernel``)."""
+        return self.kernel

@@ -6,12 +6,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any, ClassVar
 
 import torch
 from torch.optim.optimizer import ParamsT, StateDict
 
 from anyaccel.ops.cpu.cpu_adam import CPUAdamBuilder
+from anyaccel.ops.cpu_features import cpu_vendor
 from anyaccel.ops.host_optimizer import HostOptimizer
 from anyaccel.ops.hyperparams import (
     ADAM_RULES,
@@ -207,9 +209,16 @@ class CPUAdamW(CPUAdam):
 
 
 class DeepSpeedCPUAdam(CPUAdam):
-    """``deepspeed.ops.adam.DeepSpeedCPUAdam``'s signature over anyaccel's kernel."""
+    """``deepspeed.ops.adam.DeepSpeedCPUAdam``'s signature and attributes over anyaccel's kernel.
+
+    Beside torch's, DeepSpeed's attributes: ``adam_w_mode`` (the ``adamw_mode`` it was built
+    with), ``opt_id`` (instances numbered from 0; ``optimizer_id`` is the next number),
+    ``ds_opt_adam`` (the compiled kernel) and ``cpu_vendor``.
+    """
 
     torch_betas_rule: ClassVar[bool] = False
+    #: The ``opt_id`` the next instance gets (DeepSpeed's counter, on this class).
+    optimizer_id: ClassVar[int] = 0
 
     def __init__(
         self,
@@ -224,6 +233,8 @@ class DeepSpeedCPUAdam(CPUAdam):
         fp32_optimizer_states: bool = True,
     ) -> None:
         self.fp32_optimizer_states = bool(fp32_optimizer_states)
+        self.adam_w_mode = bool(adamw_mode)
+        self.cpu_vendor = cpu_vendor()
         super().__init__(
             model_params,
             lr,
@@ -234,3 +245,10 @@ class DeepSpeedCPUAdam(CPUAdam):
             adamw_mode=adamw_mode,
             bias_correction=bias_correction,
         )
+        self.opt_id = DeepSpeedCPUAdam.optimizer_id  # counted once built, as DeepSpeed counts
+        DeepSpeedCPUAdam.optimizer_id += 1
+
+    @property
+    def ds_opt_adam(self) -> ModuleType:
+        """DeepSpeed's name for the compiled kernel module (``self.kernel``)."""
+        return self.kernel

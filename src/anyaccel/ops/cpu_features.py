@@ -153,3 +153,18 @@ def simd_compile_flags(simd: str, features: CPUFeatures | None = None) -> list[s
     if simd == "generic":
         return []
     raise ValueError(f"unknown SIMD level {simd!r}; use one of {', '.join(SIMD_LEVELS)}")
+
+
+@functools.cache
+def cpu_vendor(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's vendor id in lower case (``genuineintel``, ``authenticamd``), as DeepSpeed's CPU
+    optimizers keep it in ``cpu_vendor``; the processor name where ``/proc/cpuinfo`` has none."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                if key.strip() == "vendor_id":
+                    return value.strip().lower()
+    except OSError:
+        pass
+    return platform.processor().lower()

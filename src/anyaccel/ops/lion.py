@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
+from typing import Any, ClassVar
 
 import torch
 from torch.optim.optimizer import ParamsT
 
 from anyaccel.ops.cpu.cpu_lion import CPULionBuilder
+from anyaccel.ops.cpu_features import cpu_vendor
 from anyaccel.ops.host_optimizer import HostOptimizer
 from anyaccel.ops.hyperparams import LION_RULES, validate
 
@@ -59,7 +61,14 @@ class CPULion(HostOptimizer):
 
 
 class DeepSpeedCPULion(CPULion):
-    """``deepspeed.ops.lion.DeepSpeedCPULion``'s signature over anyaccel's kernel."""
+    """``deepspeed.ops.lion.DeepSpeedCPULion``'s signature and attributes over anyaccel's kernel.
+
+    Beside torch's, DeepSpeed's attributes: ``opt_id`` (instances numbered from 0;
+    ``optimizer_id`` is the next number), ``ds_opt_lion`` (the compiled kernel), ``cpu_vendor``.
+    """
+
+    #: The ``opt_id`` the next instance gets (DeepSpeed's counter, on this class).
+    optimizer_id: ClassVar[int] = 0
 
     def __init__(
         self,
@@ -70,4 +79,12 @@ class DeepSpeedCPULion(CPULion):
         fp32_optimizer_states: bool = True,
     ) -> None:
         self.fp32_optimizer_states = bool(fp32_optimizer_states)
+        self.cpu_vendor = cpu_vendor()
         super().__init__(model_params, lr=lr, betas=betas, weight_decay=weight_decay)
+        self.opt_id = DeepSpeedCPULion.optimizer_id
+        DeepSpeedCPULion.optimizer_id += 1
+
+    @property
+    def ds_opt_lion(self) -> ModuleType:
+        """DeepSpeed's name for the compiled kernel module (``self.kernel``)."""
+        return self.kernel
