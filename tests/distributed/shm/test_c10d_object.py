@@ -19,6 +19,23 @@ from ..ranks import finish, multiprocess, shm_entries, start_ranks
 from .ddp_train import with_ddp_train
 
 
+@pytest.mark.parametrize(
+    ("spec", "default_spec", "gets"),
+    [
+        ("anyaccel_shm", None, C10dObject.WHOLE_GROUP),
+        ("ANYACCEL_SHM", None, C10dObject.WHOLE_GROUP),
+        ("cpu:anyaccel_shm", None, C10dObject.WHOLE_GROUP),
+        ("cpu:anyaccel_shm,cuda:gloo", None, C10dObject.CPU_BACKEND),
+        ("cuda:nccl, cpu:anyaccel_shm", None, C10dObject.CPU_BACKEND),  # either order
+        ("anyaccel_shm", "cpu:anyaccel_shm,cuda:nccl", C10dObject.WHOLE_GROUP),  # named: wins
+        # torch called directly (no spec): a new_group() inherits the default group's
+        (None, "cpu:anyaccel_shm,cuda:nccl", C10dObject.CPU_BACKEND),
+        (None, "anyaccel_shm", C10dObject.WHOLE_GROUP),
+        # a default group without anyaccel_shm: this group named it itself, spec unknown
+        (None, "cpu:gloo,cuda:nccl", C10dObject.WHOLE_GROUP),
+        (None, None, C10dObject.WHOLE_GROUP),  # no default group: checked at the first collective
+    ],
+)
 def test_one_rule_says_which_c10d_object_a_spec_gets(
     spec: str | None, default_spec: str | None, gets: C10dObject
 ) -> None:

@@ -10,7 +10,6 @@ from anyaccel.distributed.errors import DistributedSetupError
 from anyaccel.distributed.process_group import cpu_collectives
 from anyaccel.distributed.shm import registration
 from anyaccel.distributed.shm.backend import (
-    C10dObject,
     register_backend,
     shm_backend_wanted,
 )
@@ -59,23 +58,6 @@ def test_the_environment_and_the_argument_turn_it_on_and_off(
     assert shm_backend_wanted(False) == (False, "shm_backend=False")
 
 
-@pytest.mark.parametrize(
-    ("spec", "default_spec", "gets"),
-    [
-        ("anyaccel_shm", None, C10dObject.WHOLE_GROUP),
-        ("ANYACCEL_SHM", None, C10dObject.WHOLE_GROUP),
-        ("cpu:anyaccel_shm", None, C10dObject.WHOLE_GROUP),
-        ("cpu:anyaccel_shm,cuda:gloo", None, C10dObject.CPU_BACKEND),
-        ("cuda:nccl, cpu:anyaccel_shm", None, C10dObject.CPU_BACKEND),  # either order
-        ("anyaccel_shm", "cpu:anyaccel_shm,cuda:nccl", C10dObject.WHOLE_GROUP),  # named: wins
-        # torch called directly (no spec): a new_group() inherits the default group's
-        (None, "cpu:anyaccel_shm,cuda:nccl", C10dObject.CPU_BACKEND),
-        (None, "anyaccel_shm", C10dObject.WHOLE_GROUP),
-        # a default group without anyaccel_shm: this group named it itself, spec unknown
-        (None, "cpu:gloo,cuda:nccl", C10dObject.WHOLE_GROUP),
-        (None, None, C10dObject.WHOLE_GROUP),  # no default group: checked at the first collective
-    ],
-)
 def test_init_distributed_on_one_rank_picks_it_and_reports_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
