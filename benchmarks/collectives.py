@@ -288,7 +288,7 @@ def layer_contenders(tensor: torch.Tensor, deepspeed: bool) -> dict[str, Call | 
     """One all_reduce SUM of ``tensor`` entered at each layer of torch's path down to our kernel
     (None where this group has no such layer), and DeepSpeed's op as its callers call it."""
     from anyaccel.distributed.shm.backend import shm_process_group
-    from anyaccel.distributed.shm.collectives import DTYPE_CODES
+    from anyaccel.distributed.shm.codes import kernel_codes
 
     group = dist.group.WORLD
     opts = dist.AllreduceOptions()
@@ -296,11 +296,12 @@ def layer_contenders(tensor: torch.Tensor, deepspeed: bool) -> dict[str, Call | 
     shm = shm_process_group(group)
     communicator = shm.shm.communicator if shm is not None else None
     address, numel = tensor.data_ptr(), tensor.numel()
-    code = DTYPE_CODES[tensor.dtype]
+    codes = kernel_codes()
+    code, total = codes.dtypes[tensor.dtype], codes.ops[dist.ReduceOp.SUM]
     timeout, threads = (shm.shm.timeout, shm.shm.threads) if shm is not None else (0.0, 1)
     kernel: Call | None = None
     if communicator is not None:
-        kernel = lambda _: communicator.all_reduce(address, numel, code, 0, timeout, threads)  # noqa: E731
+        kernel = lambda _: communicator.all_reduce(address, numel, code, total, timeout, threads)  # noqa: E731
     op = torch.ops.deepspeed.inference_all_reduce_ if deepspeed else None
     return {
         "dist": lambda _: dist.all_reduce(tensor),

@@ -133,10 +133,39 @@ def imports_of(path: Path, root: Path, modules: set[str], exports: dict[str, str
     return {name for name in found - ancestors if name in modules and name != module}
 
 
+#: The suffixes of our compiled sources (each ``csrc/`` folder's).
+NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cu", ".cuh", ".h", ".hpp")
+#: A C++ string literal that is one of our module names (``"anyaccel.x"``, ``"anyaccel.x:attr"``),
+#: as ``py::module_::import`` takes it: an import the Python walker cannot see.
+_NATIVE_NAME = re.compile(r'"(anyaccel(?:\.\w+)*)(?::\w+)?"')
+
+
+def native_imports(root: Path, modules: set[str]) -> dict[str, set[str]]:
+    """Our modules named in compiled sources, as imports of the package holding the source
+    (``ops/cpu/csrc/x.cpp`` counts as ``anyaccel.ops.cpu``): loading the module runs them."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*")):
+        if path.suffix not in NATIVE_SUFFIXES or not path.is_file():
+            continue
+        package = path.parent
+        while not (package / "__init__.py").exists():
+            package = package.parent
+        owner = module_name(package / "__init__.py", root)
+        names = {
+            match.group(1) for match in _NATIVE_NAME.finditer(path.read_text("utf-8", "replace"))
+        }
+        found.setdefault(owner, set()).update(name for name in names if name in modules)
+    return found
+
+
 def import_graph(root: Path = SOURCE) -> dict[str, set[str]]:
+    """Every module's imports of ours, with the modules its package's compiled sources name."""
     paths = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
     exports = _exports(root)
-    return {name: imports_of(path, root, set(paths), exports) for name, path in paths.items()}
+    graph = {name: imports_of(path, root, set(paths), exports) for name, path in paths.items()}
+    for owner, names in native_imports(root, set(paths)).items():
+        graph[owner] |= names - {owner}
+    return graph
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -315,6 +344,29 @@ def test_a_planted_back_edge_fails_the_rule(
     target = planted / where
     target.write_text(target.read_text() + "\n" + plant)
     assert BackEdge(importer, imported) in back_edges(import_graph(planted))
+
+
+def test_a_module_named_in_cpp_is_an_import_of_its_package(planted: Path) -> None:
+    # the shared-memory kernel once imported the DeepSpeed integration as it loaded
+    csrc = planted / "ops" / "cpu" / "csrc"
+    csrc.mkdir()
+    (csrc / "planted.cpp").write_text(
+        "#include <pybind11/pybind11.h>\n"
+        'constexpr const char* kGlue = "anyaccel.integrations.deepspeed";\n'
+        'void f() { pybind11::module_::import("anyaccel.distributed.shm.group"); }\n'
+        '// a message naming "anyaccel.testing.emulated.install() first" is no import\n'
+    )
+    graph = import_graph(planted)
+    assert BackEdge("anyaccel.ops.cpu", "anyaccel.integrations.deepspeed") in back_edges(graph)
+    assert BackEdge("anyaccel.ops.cpu", "anyaccel.distributed.shm.group") in back_edges(graph)
+    assert "anyaccel.testing.emulated" not in graph["anyaccel.ops.cpu"]
+
+
+def test_no_compiled_source_names_a_module_above_its_package() -> None:
+    native = native_imports(SOURCE, set(GRAPH))
+    upward = [(owner, name) for owner, names in native.items() for name in names
+              if layer_of(name) > layer_of(owner)]  # fmt: skip
+    assert upward == [], "compiled code imports a higher layer: " + repr(upward)
 
 
 def test_a_planted_cycle_fails_the_rule(planted: Path) -> None:

@@ -37,23 +37,23 @@ HOOKS: dict[tuple[str, str], str] = {
         "accelerate has no public test for an existing PartialState; falls back to "
         "accelerate.state.is_initialized()"
     ),
-    ("distributed/shm/backend.py", "_distributed_c10d"): (
+    ("distributed/shm/python_group.py", "_distributed_c10d"): (
         "AllgatherOptions and a finished Work from a future are not re-exported by "
         "torch.distributed (2.4 to 2.14); without them: gloo (ANYACCEL_SHM_BACKEND=0)"
     ),
-    ("distributed/shm/backend.py", "_register_backend"): (
+    ("distributed/shm/python_group.py", "_register_backend"): (
         "a Python ProcessGroup hands every method it does not override to gloo this way; "
         "torch has no public call; without it: gloo (ANYACCEL_SHM_BACKEND=0)"
     ),
-    ("distributed/shm/backend.py", "_set_default_backend"): (
+    ("distributed/shm/python_group.py", "_set_default_backend"): (
         "newer torch asks every group for its default backend; read with getattr, skipped "
         "where absent (torch 2.4)"
     ),
-    ("distributed/shm/backend.py", "_allgather_base"): (
+    ("distributed/shm/python_group.py", "_allgather_base"): (
         "the name torch < 2.10 calls for all_gather_into_tensor on a Python ProcessGroup; "
         "newer torch calls the public all_gather_single"
     ),
-    ("distributed/shm/backend.py", "_reduce_scatter_base"): (
+    ("distributed/shm/python_group.py", "_reduce_scatter_base"): (
         "the name torch < 2.10 calls for reduce_scatter_tensor on a Python ProcessGroup; "
         "newer torch calls the public reduce_scatter_single"
     ),

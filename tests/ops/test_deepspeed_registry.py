@@ -81,7 +81,8 @@ def test_walk_under_our_cpu_accelerator_finds_every_deepspeed_op() -> None:
     # and the emulated accelerator's c10d Backend over host views
     assert {name for name, ok in flags.items() if ok} <= OUR_CPU_OPS | {
         "deepspeed_shm_comm",
-        "anyaccel_shm_backend",
+        "anyaccel_shm_comm",
+        "anyaccel_shm_c10d_backend",
         "anyaccel_host_view_backend",
     }
 

@@ -7,8 +7,11 @@ that lived here moved to ``anyaccel.integrations.deepspeed``: ``deepspeed_initia
 
 from __future__ import annotations
 
+from typing import Any
+
 from anyaccel.distributed.errors import CollectiveError
-from anyaccel.distributed.shm.collectives import DTYPE_CODES, OP_CODES, all_reduce
+from anyaccel.distributed.shm.codes import table
+from anyaccel.distributed.shm.collectives import all_reduce
 from anyaccel.distributed.shm.ddp import ddp_comm_hook
 from anyaccel.distributed.shm.group import (
     SEGMENT_BUDGET,
@@ -19,8 +22,6 @@ from anyaccel.distributed.shm.group import (
 )
 
 __all__ = [
-    "DTYPE_CODES",
-    "OP_CODES",
     "SEGMENT_BUDGET",
     "SHM_ENV",
     "SLOT_BYTES",
@@ -30,3 +31,8 @@ __all__ = [
     "shm_all_reduce_status",
     "slot_bytes",
 ]
+
+
+def __getattr__(name: str) -> dict[Any, int]:
+    """``DTYPE_CODES`` and ``OP_CODES``: the kernel's code tables (``shm.codes.table``)."""
+    return table(name, __name__)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEEPSPEED_ABC_MODULES",
+    "SHM_VECTOR_KERNEL_LEVEL",
     "DeepSpeedHandOverError",
     "DeepSpeedNotInstalledError",
     "install",
@@ -41,6 +42,8 @@ __all__ = [
     "register_with_deepspeed",
     "registered_abcs",
     "shm_comm_initialize",
+    "shm_comm_module",
+    "shm_vector_kernel_level",
 ]
 
 
@@ -128,11 +131,17 @@ def _set_in_deepspeed(module: ModuleType, accelerator: Accelerator) -> None:
 
 # =============================================================================================
 # DeepSpeed's ShareMemCommBuilder interface (moved here from anyaccel.distributed.allreduce).
-# The compiled shared-memory module (anyaccel.ops.cpu.shm_comm) calls these two by name:
-# ``initialize(world_size, rank)`` and, when it is imported, the op registration. They import
-# anyaccel.distributed (and torch) only when called. This section needs only ``Any`` and
+# ``anyaccel.ops.cpu.shm_comm.ShareMemCommBuilder.load()`` hands the compiled kernel to
+# :func:`shm_comm_module` (its ``DEEPSPEED_INTERFACE`` name), which registers DeepSpeed's op
+# names and gives DeepSpeed ``initialize(world_size, rank)`` and ``vector_kernel_level()``.
+# The kernel itself imports nothing of anyaccel's. These import anyaccel.distributed (and
+# torch) only when called; this section needs only ``Any``, ``ModuleType`` and
 # ``from __future__ import annotations`` from the top of the module.
 # =============================================================================================
+#: DeepSpeed's scale of ``vector_kernel_level()``: 1 = fp32 kernels usable, 2 = bf16 and fp16
+#: too. anyaccel's kernels are portable C++ built for this CPU's own SIMD level, so every dtype
+#: runs wherever they load.
+SHM_VECTOR_KERNEL_LEVEL = 2
 _shm_library: Any = None
 
 
@@ -174,6 +183,39 @@ def _inference_all_reduce(tensor: Any) -> Any:
     result = tensor.clone()
     all_reduce(result)
     return result
+
+
+def shm_vector_kernel_level() -> int:
+    """DeepSpeed's ``vector_kernel_level()``: :data:`SHM_VECTOR_KERNEL_LEVEL`."""
+    return SHM_VECTOR_KERNEL_LEVEL
+
+
+#: DeepSpeed's module per kernel module (one kernel per process, so one entry).
+_shm_modules: dict[int, ModuleType] = {}
+
+
+def shm_comm_module(kernel: ModuleType) -> ModuleType:
+    """DeepSpeed's ``ShareMemCommBuilder`` module on anyaccel's compiled ``kernel``.
+
+    It holds the kernel's names, ``initialize`` (:func:`shm_comm_initialize`) and
+    ``vector_kernel_level`` (:func:`shm_vector_kernel_level`); making it registers
+    ``torch.ops.deepspeed``'s all-reduce ops (:func:`register_shm_comm_ops`), as DeepSpeed's
+    own module does when it loads.
+    """
+    register_shm_comm_ops()
+    module = _shm_modules.get(id(kernel))
+    if module is None:
+        module = ModuleType(
+            f"{__name__}.shm_comm", "DeepSpeed's ShareMemCommBuilder interface on anyaccel's kernel"
+        )
+        for name, value in vars(kernel).items():
+            if not name.startswith("__"):
+                setattr(module, name, value)
+        module.__file__ = getattr(kernel, "__file__", None)
+        module.initialize = shm_comm_initialize  # type: ignore[attr-defined]
+        module.vector_kernel_level = shm_vector_kernel_level  # type: ignore[attr-defined]
+        _shm_modules[id(kernel)] = module
+    return module
 
 
 def register_shm_comm_ops() -> None:

@@ -11,68 +11,33 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
 import torch
 
-from anyaccel.distributed.shm.collectives import DTYPE_CODES
+from .kernel_ranks import (
+    SLOT,
+    communicators,
+    dtype_code,
+    load_kernel_or_skip,
+    on_every_rank,
+    op_code,
+)
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs Linux memfd")
-
-SLOT = 64 << 10  # small slots, so modest tensors already take several chunks
 
 
 @pytest.fixture(scope="module")
 def shm() -> ModuleType:
-    from anyaccel.ops.cpu.shm_comm import ShareMemCommBuilder
-
-    builder = ShareMemCommBuilder()
-    if not builder.is_compatible():
-        pytest.skip(builder.compatibility().reason)
-    return builder.load()
+    return load_kernel_or_skip()
 
 
-def communicators(shm: ModuleType, world_size: int) -> list[Any]:
-    """``world_size`` communicators on one fresh segment, as the ranks of one group."""
-    size = shm.Communicator.required_bytes(world_size, SLOT)
-    fd = os.memfd_create("anyaccel-test", os.MFD_CLOEXEC)
-    try:
-        os.ftruncate(fd, size)
-        comms = [shm.Communicator(fd, size, world_size, r, SLOT, r == 0) for r in range(world_size)]
-    finally:
-        os.close(fd)
-    for comm in comms:
-        comm.set_peer_pids([os.getpid()] * world_size)
-    return comms
-
-
-def on_every_rank(world_size: int, work: Callable[[int], object]) -> list[object]:
-    """Run ``work(rank)`` on one thread per rank; return each result or raised exception."""
-    results: list[object] = [None] * world_size
-
-    def run(rank: int) -> None:
-        try:
-            results[rank] = work(rank)
-        except Exception as exc:
-            results[rank] = exc
-
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(world_size)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not any(thread.is_alive() for thread in threads), "a rank hung"
-    return results
-
-
-OPS = {"sum": (0, torch.sum), "product": (1, torch.prod), "min": (2, torch.amin),
-       "max": (3, torch.amax)}  # fmt: skip
+OPS = {"sum": ("SUM", torch.sum), "product": ("PRODUCT", torch.prod), "min": ("MIN", torch.amin),
+       "max": ("MAX", torch.amax)}  # fmt: skip
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -87,7 +52,9 @@ def test_sum_matches_a_float32_reference(
     outputs = [t.clone() for t in inputs]
     results = on_every_rank(
         world_size,
-        lambda r: comms[r].all_reduce(outputs[r].data_ptr(), numel, DTYPE_CODES[dtype], 0, 30.0, 1),
+        lambda r: comms[r].all_reduce(
+            outputs[r].data_ptr(), numel, dtype_code(dtype), op_code("SUM"), 30.0, 1
+        ),
     )
     assert results == [None] * world_size
     # accumulated in fp32 in rank order, rounded once: exactly fp32's sum, then the dtype
@@ -105,10 +72,10 @@ def bf16_rounded(values: torch.Tensor) -> torch.Tensor:
     return torch.where(values.isnan(), torch.full_like(rounded, 0x7FC0), rounded)
 
 
-@pytest.mark.parametrize("code, combine", [(0, torch.add), (1, torch.mul)])
+@pytest.mark.parametrize("op, combine", [("SUM", torch.add), ("PRODUCT", torch.mul)])
 @pytest.mark.parametrize("rank_pair", [(0, 1), (1, 0)])
 def test_two_rank_bf16_is_exact_on_every_bit_pattern(
-    shm: ModuleType, code: int, combine: Callable[..., torch.Tensor], rank_pair: tuple[int, int]
+    shm: ModuleType, op: str, combine: Callable[..., torch.Tensor], rank_pair: tuple[int, int]
 ) -> None:
     """Every bf16 bit pattern (zeros, subnormals, infinities, NaNs, rounding ties) against a
     shuffled partner, with a ragged tail: torch's scalar rounding bit for bit, and the same bits
@@ -120,7 +87,10 @@ def test_two_rank_bf16_is_exact_on_every_bit_pattern(
     inputs = [pair[rank_pair[r]][:numel].clone() for r in (0, 1)]
     outputs = [t.clone() for t in inputs]
     comms = communicators(shm, 2)
-    on_every_rank(2, lambda r: comms[r].all_reduce(outputs[r].data_ptr(), numel, 1, code, 30.0, 1))
+    bf16, code = dtype_code(torch.bfloat16), op_code(op)
+    on_every_rank(
+        2, lambda r: comms[r].all_reduce(outputs[r].data_ptr(), numel, bf16, code, 30.0, 1)
+    )
     expected = bf16_rounded(combine(inputs[0].float(), inputs[1].float()))
     for out in outputs:
         got = out.view(torch.int16).to(torch.int64) & 0xFFFF
@@ -129,7 +99,8 @@ def test_two_rank_bf16_is_exact_on_every_bit_pattern(
 
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_every_op_matches_torch(shm: ModuleType, name: str) -> None:
-    code, reference = OPS[name]
+    op, reference = OPS[name]
+    code = op_code(op)
     comms = communicators(shm, 2)
     inputs = [torch.rand(50_000, generator=torch.Generator().manual_seed(r)) + 0.5 for r in (0, 1)]
     outputs = [t.clone() for t in inputs]
@@ -312,11 +283,19 @@ def test_a_segment_of_another_layout_is_refused(shm: ModuleType) -> None:
         os.close(fd)
 
 
-def test_module_has_deepspeeds_interface(shm: ModuleType) -> None:
-    assert shm.vector_kernel_level() == 2
-    assert callable(shm.initialize)
+def test_deepspeeds_name_loads_the_kernel_with_deepspeeds_interface(shm: ModuleType) -> None:
+    from anyaccel.ops.cpu.shm_comm import ShareMemCommBuilder
+
+    module = ShareMemCommBuilder().load()
+    assert module.vector_kernel_level() == 2
+    assert callable(module.initialize)
+    assert module.Communicator is shm.Communicator  # one build for both names
     assert hasattr(torch.ops.deepspeed, "inference_all_reduce_")
     assert hasattr(torch.ops.deepspeed, "inference_all_reduce")
+
+
+def test_the_kernel_alone_has_no_deepspeed_interface(shm: ModuleType) -> None:
+    assert not hasattr(shm, "initialize") and not hasattr(shm, "vector_kernel_level")
 
 
 def test_builder_is_found_under_deepspeeds_name(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -351,9 +330,9 @@ int kill(pid_t pid, int sig) {
 PEER_EXITS_AFTER_PUBLISHING = """
 import os, subprocess, sys, threading, time
 import torch
-from anyaccel.ops.cpu.shm_comm import ShareMemCommBuilder
+from anyaccel.ops.cpu.shm_comm import ShmCommBuilder
 
-shm = ShareMemCommBuilder().load()
+shm = ShmCommBuilder().load()
 slot = 64 << 10
 size = shm.Communicator.required_bytes(2, slot)
 fd = os.memfd_create("anyaccel-test", os.MFD_CLOEXEC)
@@ -422,11 +401,12 @@ def test_all_gather_broadcast_and_reduce_scatter_equal_torch(
             d[r].data_ptr(), numel * 8, root, 1, 30.0, 1))  # fmt: skip
         assert all(torch.equal(d, expected) for d in data)
     for dtype in (torch.float32, torch.bfloat16):
-        for code, reduce in OPS.values():
+        for op, reduce in OPS.values():
+            code = op_code(op)
             full = [(torch.rand(numel * world_size) + 0.5).to(dtype) for _ in range(world_size)]
             outs = [torch.full((numel,), -7.0, dtype=dtype) for _ in range(world_size)]
             on_every_rank(world_size, lambda r, c=code, f=full, o=outs, d=dtype: comms[r]
-                .reduce_scatter(f[r].data_ptr(), o[r].data_ptr(), numel, DTYPE_CODES[d], c,
+                .reduce_scatter(f[r].data_ptr(), o[r].data_ptr(), numel, dtype_code(d), c,
                                 30.0, 1))  # fmt: skip
             # in rank order, accumulated in fp32 and rounded once, as the all-reduce does
             stacked = torch.stack([f.float() for f in full])
@@ -513,107 +493,3 @@ def test_ranks_calling_different_collectives_fail_on_every_rank(shm: ModuleType)
         comms[0].all_gather(
             tensor.data_ptr(), [out.data_ptr(), out.data_ptr() + 40], 40, 0, 30.0, 1
         )
-
-
-# --- NaN, signed zeros and infinities in MIN/MAX; AVG as the exact mean -----------------------
-FLOATS = [torch.float32, torch.bfloat16, torch.float16]
-
-
-def special_values(world_size: int, rank: int, dtype: torch.dtype) -> torch.Tensor:
-    """Column ``j < world_size`` has a NaN on rank ``j`` only; then NaN on every rank, and
-    signed zeros and infinities in both orders (a fold of torch.minimum in rank order is the
-    reference for each)."""
-    nan, inf = float("nan"), float("inf")
-    row = [nan if j == rank else float(j + rank + 1) for j in range(world_size)]
-    row += [nan, -0.0 if rank % 2 else 0.0, 0.0 if rank % 2 else -0.0, inf, -inf]
-    row += [inf if rank == world_size - 1 else 1.0, -inf if rank == 0 else -1.0]
-    return torch.tensor(row, dtype=dtype)
-
-
-def fold(inputs: list[torch.Tensor], op: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-         ) -> torch.Tensor:  # fmt: skip
-    result = inputs[0]
-    for tensor in inputs[1:]:
-        result = op(result, tensor)
-    return result
-
-
-def same_floats(ours: torch.Tensor, theirs: torch.Tensor) -> bool:
-    """Equal values, NaN where NaN (of either sign), and the same sign on zeros."""
-    numbers = ~theirs.isnan()
-    return (
-        ours.dtype == theirs.dtype
-        and torch.equal(ours.isnan(), theirs.isnan())
-        and torch.equal(torch.nan_to_num(ours), torch.nan_to_num(theirs))
-        and torch.equal(torch.signbit(ours) & numbers, torch.signbit(theirs) & numbers)
-    )
-
-
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("world_size", [2, 4])
-@pytest.mark.parametrize("name", ["min", "max"])
-def test_a_nan_on_any_rank_wins_min_and_max_as_torch_minimum_and_maximum(
-    shm: ModuleType, name: str, world_size: int, dtype: torch.dtype
-) -> None:
-    code, reference = {"min": (2, torch.minimum), "max": (3, torch.maximum)}[name]
-    inputs = [special_values(world_size, r, dtype) for r in range(world_size)]
-    expected = fold(inputs, reference)
-    assert expected[:world_size].isnan().all()  # the reference itself lets every NaN win
-    comms = communicators(shm, world_size)
-    outputs = [t.clone() for t in inputs]
-    numel = outputs[0].numel()
-    on_every_rank(world_size, lambda r: comms[r].all_reduce(
-        outputs[r].data_ptr(), numel, DTYPE_CODES[dtype], code, 30.0, 1))  # fmt: skip
-    for rank, out in enumerate(outputs):
-        assert same_floats(out, expected), (rank, out.tolist(), expected.tolist())
-    # reduce_scatter: every rank's whole row as its part for each rank
-    comms = communicators(shm, world_size)
-    full = [t.repeat(world_size) for t in inputs]
-    outs = [torch.full((numel,), 7.0, dtype=dtype) for _ in range(world_size)]
-    on_every_rank(
-        world_size,
-        lambda r: comms[r].reduce_scatter(
-            full[r].data_ptr(), outs[r].data_ptr(), numel, DTYPE_CODES[dtype], code, 30.0, 1
-        ),
-    )
-    for rank, out in enumerate(outs):
-        assert same_floats(out, expected), (rank, out.tolist(), expected.tolist())
-
-
-def exact_mean(inputs: list[torch.Tensor]) -> torch.Tensor:
-    """The mean over ranks, computed in float64 (exact for these inputs), rounded once."""
-    return (torch.stack(inputs).double().sum(0) / len(inputs)).to(inputs[0].dtype)
-
-
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_avg_is_the_exact_mean_even_where_the_sum_overflows(
-    shm: ModuleType, world_size: int, dtype: torch.dtype
-) -> None:
-    big = {torch.float16: [40000.0, 60000.0, -50000.0], torch.bfloat16: [3.0e38, -3.0e38, 2.0e38],
-           torch.float32: [3.0e38, -3.0e38, 2.0e38]}[dtype]  # fmt: skip
-    gen = torch.Generator().manual_seed(world_size)
-    inputs = [
-        torch.cat([torch.tensor(big), (torch.randn(5000, generator=gen) * 100)]).to(dtype)
-        for _ in range(world_size)
-    ]
-    expected = exact_mean(inputs)
-    assert torch.isfinite(expected).all() and expected[0].item() == inputs[0][0].item()
-    comms = communicators(shm, world_size)
-    outputs = [t.clone() for t in inputs]
-    numel = outputs[0].numel()
-    on_every_rank(world_size, lambda r: comms[r].all_reduce(
-        outputs[r].data_ptr(), numel, DTYPE_CODES[dtype], 4, 30.0, 1))  # fmt: skip
-    for out in outputs:
-        assert torch.equal(out, expected)
-    comms = communicators(shm, world_size)
-    full = [t.repeat(world_size) for t in inputs]
-    outs = [torch.empty(numel, dtype=dtype) for _ in range(world_size)]
-    on_every_rank(
-        world_size,
-        lambda r: comms[r].reduce_scatter(
-            full[r].data_ptr(), outs[r].data_ptr(), numel, DTYPE_CODES[dtype], 4, 30.0, 1
-        ),
-    )
-    for out in outs:
-        assert torch.equal(out, expected)

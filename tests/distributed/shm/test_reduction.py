@@ -19,7 +19,6 @@ from anyaccel.distributed.shm.reduction import (
     all_reduce_as_nccl,
     drops_nan,
     gloo_differs,
-    op_code,
     premultiplied,
 )
 
@@ -67,12 +66,6 @@ def on_two_ranks(
     for thread in threads:
         thread.join(timeout=30)
     return results
-
-
-def test_op_codes_take_reduce_ops_and_their_members() -> None:
-    assert [op_code(op) for op in (R.SUM, R.PRODUCT, R.MIN, R.MAX, R.AVG)] == [0, 1, 2, 3, 4]
-    assert op_code(dist.ReduceOp(R.MAX)) == 3  # a ReduceOp, as torch passes it in options
-    assert op_code(R.BAND) is None and op_code(dist._make_nccl_premul_sum(2.0)) is None
 
 
 def test_only_floating_min_and_max_may_drop_a_nan() -> None:

@@ -7,12 +7,15 @@
 - ``backend``: the ``torch.distributed`` backend ``"anyaccel_shm"`` (shared memory for CPU
   tensors, gloo for the rest), registered with torch when this package is imported.
 
-The kernel itself is the ``ShareMemCommBuilder`` op (``anyaccel.ops.cpu.shm_comm``).
+The kernel itself is the ``ShmCommBuilder`` op (``anyaccel.ops.cpu.shm_comm``); ``codes``
+reads its codes for dtypes, ops and collectives from it (``DTYPE_CODES`` and ``OP_CODES``, once
+defined here, are its tables, read when first asked for).
 """
 
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from anyaccel.distributed.errors import DistributedSetupError
 from anyaccel.distributed.shm.backend import (
@@ -22,7 +25,8 @@ from anyaccel.distributed.shm.backend import (
     register_backend,
     shm_process_group,
 )
-from anyaccel.distributed.shm.collectives import DTYPE_CODES, OP_CODES, all_reduce
+from anyaccel.distributed.shm.codes import table
+from anyaccel.distributed.shm.collectives import all_reduce
 from anyaccel.distributed.shm.ddp import ddp_comm_hook
 from anyaccel.distributed.shm.group import (
     SHM_ENV,
@@ -35,8 +39,6 @@ from anyaccel.distributed.shm.group import (
 __all__ = [
     "BACKEND_ENV",
     "BACKEND_NAME",
-    "DTYPE_CODES",
-    "OP_CODES",
     "SHM_ENV",
     "ShmGroup",
     "ShmProcessGroup",
@@ -48,6 +50,12 @@ __all__ = [
     "shm_process_group",
     "slot_bytes",
 ]
+
+
+def __getattr__(name: str) -> dict[Any, int]:
+    """``DTYPE_CODES`` and ``OP_CODES``: the kernel's code tables (``codes.table``)."""
+    return table(name, __name__)
+
 
 # So that init_process_group(backend="anyaccel_shm") works once anyaccel.distributed is
 # imported; on too old a torch, init_distributed() says why when asked for the backend.

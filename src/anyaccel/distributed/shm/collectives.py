@@ -13,15 +13,16 @@ import torch
 import torch.distributed as dist
 
 from anyaccel.distributed.errors import CollectiveError, DistributedSetupError
+from anyaccel.distributed.shm.codes import kernel_codes, table
 from anyaccel.distributed.shm.group import group_state, resolve_group
-from anyaccel.distributed.shm.reduction import (
-    DTYPE_CODES,
-    OP_CODES,
-    all_reduce_as_nccl,
-    op_code,
-)
+from anyaccel.distributed.shm.reduction import all_reduce_as_nccl
 
-__all__ = ["DTYPE_CODES", "OP_CODES", "all_reduce"]
+__all__ = ["all_reduce"]
+
+
+def __getattr__(name: str) -> dict[Any, int]:
+    """``DTYPE_CODES`` and ``OP_CODES``, the kernel's (``codes``): once defined here."""
+    return table(name, __name__)
 
 
 def _checked_group(tensor: object, name: str, group: Any | None) -> Any:
@@ -54,15 +55,15 @@ def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any | N
         return
     if dist.get_world_size(pg) == 1:
         return
-    code = op_code(op)
-    eligible = (
-        tensor.device.type == "cpu"
-        and tensor.layout == torch.strided
-        and tensor.dtype in DTYPE_CODES
-        and code is not None
-    )
+    # A CPU tensor sets the group up (collectively, on the first such call); the kernel's own
+    # codes, read once it is loaded, then say whether it takes this dtype and op.
+    eligible = tensor.device.type == "cpu" and tensor.layout == torch.strided
     state = group_state(pg) if eligible else None
-    if state is None or state.communicator is None:
+    code = dtype = None
+    if state is not None and state.communicator is not None:
+        codes = kernel_codes()
+        code, dtype = codes.op_code(op), codes.dtypes.get(tensor.dtype)
+    if state is None or state.communicator is None or code is None or dtype is None:
         if tensor.device.type == "cpu":  # gloo lacks AVG and PREMUL_SUM, its MIN/MAX drop a NaN
             all_reduce_as_nccl(
                 tensor, op, dist.get_world_size(pg), lambda t, o: dist.all_reduce(t, op=o, group=pg)
@@ -78,7 +79,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any | N
     try:
         with state.lock:
             communicator.all_reduce(
-                work.data_ptr(), work.numel(), DTYPE_CODES[work.dtype], code,
+                work.data_ptr(), work.numel(), dtype, code,
                 state.timeout, state.threads,
             )  # fmt: skip
     except (RuntimeError, ValueError) as exc:

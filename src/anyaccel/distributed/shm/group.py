@@ -35,6 +35,8 @@ from anyaccel.ops.errors import UntrustedCacheError
 from anyaccel.settings import read_on_off
 
 __all__ = [
+    "BACKEND_ENV",
+    "BACKEND_NAME",
     "RELEASE_WAIT",
     "SEGMENT_BUDGET",
     "SHM_ENV",
@@ -54,6 +56,8 @@ logger = logging.getLogger(__name__)
 
 #: Set to 0 (or false/no/off) to always use ``torch.distributed``'s collectives.
 SHM_ENV = "ANYACCEL_SHM_ALLREDUCE"
+#: The name ``init_process_group`` takes (``"anyaccel_shm"`` or ``"cpu:anyaccel_shm"``).
+BACKEND_NAME = "anyaccel_shm"
 #: Set to 0 so that the CPU accelerator names gloo (and ``init_distributed()`` keeps it); read
 #: here too, so a typo is said by a group made with ``init_process_group("anyaccel_shm")``.
 BACKEND_ENV = "ANYACCEL_SHM_BACKEND"
@@ -135,10 +139,10 @@ def _group_timeout(group: Any) -> float:
 
 
 def load_kernel() -> ModuleType:
-    """The compiled shared-memory module (``ShareMemCommBuilder``), built on first use."""
-    from anyaccel.ops.cpu.shm_comm import ShareMemCommBuilder
+    """The compiled shared-memory module (``ShmCommBuilder``), built on first use."""
+    from anyaccel.ops.cpu.shm_comm import ShmCommBuilder
 
-    return ShareMemCommBuilder().load()
+    return ShmCommBuilder().load()
 
 
 def _local_problem() -> tuple[str, bool]:

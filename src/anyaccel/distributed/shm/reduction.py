@@ -1,4 +1,4 @@
-"""The reduce ops: the kernel's codes for them, and every op on gloo with the same meaning.
+"""The reduce ops: every op on gloo with the same meaning as in the kernel.
 
 The kernel's MIN and MAX let a NaN from any rank win, as ``torch.minimum``/``torch.maximum``
 do; gloo compares with ``std::min``/``std::max``, which keep a NaN only where the ring happens
@@ -20,40 +20,19 @@ import torch
 import torch.distributed as dist
 
 __all__ = [
-    "DTYPE_CODES",
-    "OP_CODES",
     "all_reduce_as_nccl",
     "all_reduce_keeping_nan",
     "drops_nan",
     "gloo_differs",
-    "op_code",
     "premultiplied",
 ]
-
-#: dtype -> the kernel's dtype code.
-DTYPE_CODES: dict[torch.dtype, int] = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
-#: ReduceOp -> the kernel's op code (the others go to torch.distributed). AVG divides in fp32
-#: before rounding; MIN and MAX let a NaN win.
-OP_CODES: dict[Any, int] = {
-    dist.ReduceOp.SUM: 0,
-    dist.ReduceOp.PRODUCT: 1,
-    dist.ReduceOp.MIN: 2,
-    dist.ReduceOp.MAX: 3,
-    dist.ReduceOp.AVG: 4,
-}
-
-
-def op_code(op: Any) -> int | None:
-    """The kernel's code for ``op`` (a ``ReduceOp`` or one of its members), None if it has none."""
-    for candidate, code in OP_CODES.items():
-        if op == candidate:
-            return code
-    return None
 
 
 def drops_nan(tensor: torch.Tensor, op: Any) -> bool:
     """Whether gloo's ``op`` on ``tensor`` may drop a NaN: MIN or MAX of dense floating values."""
-    return op_code(op) in (2, 3) and tensor.is_floating_point() and tensor.layout == torch.strided
+    # ``op == member``, never ``op in (...)``: a ReduceOp equals its type only on its own side
+    min_or_max = op == dist.ReduceOp.MIN or op == dist.ReduceOp.MAX
+    return min_or_max and tensor.is_floating_point() and tensor.layout == torch.strided
 
 
 def all_reduce_keeping_nan(

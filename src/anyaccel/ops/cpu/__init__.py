@@ -6,8 +6,8 @@ from anyaccel.emulated.builders import HostViewBackendBuilder
 from anyaccel.ops.cpu import host_builders
 from anyaccel.ops.cpu.builder import CPUOpBuilder
 from anyaccel.ops.cpu.host_builders import *  # noqa: F403  (the one list of host-side builders)
-from anyaccel.ops.cpu.shm_backend import ShmBackendBuilder
-from anyaccel.ops.cpu.shm_comm import ShareMemCommBuilder
+from anyaccel.ops.cpu.shm_c10d_backend import ShmBackendBuilder, ShmC10dBackendBuilder
+from anyaccel.ops.cpu.shm_comm import ShareMemCommBuilder, ShmCommBuilder
 
 __all__ = [
     *host_builders.__all__,
@@ -15,4 +15,6 @@ __all__ = [
     "HostViewBackendBuilder",
     "ShareMemCommBuilder",
     "ShmBackendBuilder",
+    "ShmC10dBackendBuilder",
+    "ShmCommBuilder",
 ]

@@ -47,13 +47,13 @@ void adagrad_math_bf16(uint16_t* __restrict p, const uint16_t* __restrict g,
 template <bool kDecay>
 bool adagrad_direct(const Task& task, int64_t begin, int64_t end, const AdagradScalars& a) {
   float* __restrict sum = static_cast<float*>(task.states[0].data) + begin;
-  if (one_pass(task, 1, DType::kBF16)) {
+  if (one_pass(task, 1, DType::kBFloat16)) {
     adagrad_math_bf16<kDecay>(static_cast<uint16_t*>(task.param.data) + begin,
                               static_cast<const uint16_t*>(task.grad.data) + begin, sum,
                               end - begin, a);
     return true;
   }
-  if (!one_pass(task, 1, DType::kF16)) return false;
+  if (!one_pass(task, 1, DType::kFloat16)) return false;
   fp16_one_pass(static_cast<uint16_t*>(task.param.data) + begin,
                 static_cast<const uint16_t*>(task.grad.data) + begin, end - begin,
                 [&](int64_t i, float grad, float value) {

@@ -72,13 +72,13 @@ bool adam_direct(const Task& task, int64_t begin, int64_t end, const AdamScalars
   auto state = [&](int k) {
     return k < kStates ? static_cast<float*>(task.states[k].data) + begin : nullptr;
   };
-  if (one_pass(task, kStates, DType::kBF16)) {
+  if (one_pass(task, kStates, DType::kBFloat16)) {
     adam_math_bf16<kDecay, kAmsgrad>(static_cast<uint16_t*>(task.param.data) + begin,
                                      static_cast<const uint16_t*>(task.grad.data) + begin,
                                      state(0), state(1), state(2), end - begin, a);
     return true;
   }
-  if (!one_pass(task, kStates, DType::kF16)) return false;
+  if (!one_pass(task, kStates, DType::kFloat16)) return false;
   float* __restrict m = state(0);
   float* __restrict v = state(1);
   float* __restrict vmax = state(2);

@@ -41,12 +41,12 @@ void lion_math_bf16(uint16_t* __restrict p, const uint16_t* __restrict g, float*
 // an fp32 momentum, no copy to write); false sends it through the chunked path.
 inline bool lion_direct(const Task& task, int64_t begin, int64_t end, const LionScalars& a) {
   float* __restrict m = static_cast<float*>(task.states[0].data) + begin;
-  if (one_pass(task, 1, DType::kBF16)) {
+  if (one_pass(task, 1, DType::kBFloat16)) {
     lion_math_bf16(static_cast<uint16_t*>(task.param.data) + begin,
                    static_cast<const uint16_t*>(task.grad.data) + begin, m, end - begin, a);
     return true;
   }
-  if (!one_pass(task, 1, DType::kF16)) return false;
+  if (!one_pass(task, 1, DType::kFloat16)) return false;
   fp16_one_pass(static_cast<uint16_t*>(task.param.data) + begin,
                 static_cast<const uint16_t*>(task.grad.data) + begin, end - begin,
                 [&](int64_t i, float grad, float value) {

@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <array>
+#include <iterator>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -26,6 +27,8 @@
 #include <utility>
 #include <vector>
 
+#include "shm_contract.h"
+
 namespace anyaccel {
 namespace {
 
@@ -33,19 +36,6 @@ using c10d::Backend;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 using Tensors = std::vector<at::Tensor>;
 using TensorLists = std::vector<std::vector<at::Tensor>>;
-
-// shm_comm.cpp's native entries: 0 done, 1 communicator unusable (nothing done), 2 error.
-using NativeAllReduce = int (*)(void* communicator, void* data, int64_t numel, int dtype,
-                                int op, double timeout, int threads, char* message,
-                                size_t capacity);
-using NativeAllGather = int (*)(void* communicator, const void* in, void* out, int64_t nbytes,
-                                int tag, double timeout, int threads, char* message,
-                                size_t capacity);
-using NativeBroadcast = int (*)(void* communicator, void* data, int64_t nbytes, int root, int tag,
-                                double timeout, int threads, char* message, size_t capacity);
-using NativeReduceScatter = int (*)(void* communicator, const void* in, void* out, int64_t numel,
-                                    int dtype, int op, double timeout, int threads,
-                                    char* message, size_t capacity);
 
 // A CPU tensor the kernel can read or write as one block of memory.
 bool plain(const at::Tensor& tensor) {
@@ -72,24 +62,24 @@ class CompletedWork : public c10d::Work {
   Tensors outputs_;
 };
 
-// The kernel's dtype code (shm_comm.cpp's DType), or -1 where it has none.
+// The kernel's dtype code (shm_contract.h's DType), or -1 where it has none.
 int dtype_code(at::ScalarType type) {
   switch (type) {
-    case at::kFloat: return 0;
-    case at::kBFloat16: return 1;
-    case at::kHalf: return 2;
+    case at::kFloat: return int(DType::kFloat32);
+    case at::kBFloat16: return int(DType::kBFloat16);
+    case at::kHalf: return int(DType::kFloat16);
     default: return -1;
   }
 }
 
-// The kernel's op code (shm_comm.cpp's Op), or -1 (PREMUL_SUM, bitwise ops: the Python path).
+// The kernel's op code (shm_contract.h's Op), or -1 (PREMUL_SUM, bitwise ops: the Python path).
 int op_code(const c10d::ReduceOp& op) {
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return 0;
-    case c10d::ReduceOp::PRODUCT: return 1;
-    case c10d::ReduceOp::MIN: return 2;
-    case c10d::ReduceOp::MAX: return 3;
-    case c10d::ReduceOp::AVG: return 4;
+    case c10d::ReduceOp::SUM: return int(Op::kSum);
+    case c10d::ReduceOp::PRODUCT: return int(Op::kProduct);
+    case c10d::ReduceOp::MIN: return int(Op::kMin);
+    case c10d::ReduceOp::MAX: return int(Op::kMax);
+    case c10d::ReduceOp::AVG: return int(Op::kAvg);
     default: return -1;
   }
 }
@@ -119,10 +109,11 @@ class ShmBackend : public Backend {
       // the kernel's C entries, and the group's dtype tags (so both paths tag a call alike)
       auto entries =
           group_.attr("native_entry_addresses").cast<std::map<std::string, std::uintptr_t>>();
-      entry_ = reinterpret_cast<NativeAllReduce>(entries.at("all_reduce"));
-      all_gather_ = reinterpret_cast<NativeAllGather>(entries.at("all_gather"));
-      broadcast_ = reinterpret_cast<NativeBroadcast>(entries.at("broadcast"));
-      reduce_scatter_ = reinterpret_cast<NativeReduceScatter>(entries.at("reduce_scatter"));
+      entry_ = reinterpret_cast<NativeAllReduce>(entries.at(name_of(kAllReduce)));
+      all_gather_ = reinterpret_cast<NativeAllGather>(entries.at(name_of(kAllGather)));
+      broadcast_ = reinterpret_cast<NativeBroadcast>(entries.at(name_of(kBroadcast)));
+      reduce_scatter_ =
+          reinterpret_cast<NativeReduceScatter>(entries.at(name_of(kReduceScatter)));
       for (py::handle item : group_.attr("native_dtype_tags")) {
         auto pair = item.cast<std::pair<at::Tensor, int>>();
         tags_[static_cast<size_t>(pair.first.scalar_type())] = pair.second;
@@ -156,8 +147,10 @@ class ShmBackend : public Backend {
                                     tensor.numel() * int64_t(tensor.element_size()),
                                     int(opts.rootRank), tag, timeout_, threads_, message,
                                     sizeof message);
-        if (done == 0) return completed(kBroadcast, tensors, c10d::OpType::BROADCAST);
-        if (done == 2) fail("broadcast", message);
+        if (done == kNativeDone) {
+          return completed(kBroadcast, tensors, c10d::OpType::BROADCAST);
+        }
+        if (done == kNativeError) fail("broadcast", message);
       }
     }
     return call("broadcast", tensors, opts);
@@ -172,9 +165,9 @@ class ShmBackend : public Backend {
         char message[1024];
         const int done = entry_(handle_, tensor.data_ptr(), tensor.numel(), dtype, op, timeout_,
                                 threads_, message, sizeof message);
-        if (done == 0) return completed(kAllReduce, tensors, c10d::OpType::ALLREDUCE);
-        if (done == 2) fail("all_reduce", message);
-        // 1: the communicator was closed or failed before the call; the group says which
+        if (done == kNativeDone) return completed(kAllReduce, tensors, c10d::OpType::ALLREDUCE);
+        if (done == kNativeError) fail("all_reduce", message);
+        // kNativeUnusable: closed or failed before the call; the group says which
       }
     }
     return call("allreduce", tensors, opts);
@@ -193,8 +186,10 @@ class ShmBackend : public Backend {
       const int done = all_gather_(handle_, input.data_ptr(), output.data_ptr(),
                                    input.numel() * int64_t(input.element_size()), tag, timeout_,
                                    threads_, message, sizeof message);
-      if (done == 0) return completed(kAllGather, {output}, c10d::OpType::_ALLGATHER_BASE);
-      if (done == 2) fail("all_gather", message);
+      if (done == kNativeDone) {
+        return completed(kAllGather, {output}, c10d::OpType::_ALLGATHER_BASE);
+      }
+      if (done == kNativeError) fail("all_gather", message);
     }
     return call("_allgather_base", output, input, opts);
   }
@@ -213,10 +208,10 @@ class ShmBackend : public Backend {
       const int done = reduce_scatter_(handle_, input.data_ptr(), output.data_ptr(),
                                        output.numel(), dtype, op, timeout_, threads_, message,
                                        sizeof message);
-      if (done == 0) {
+      if (done == kNativeDone) {
         return completed(kReduceScatter, {output}, c10d::OpType::_REDUCE_SCATTER_BASE);
       }
-      if (done == 2) fail("reduce_scatter", message);
+      if (done == kNativeError) fail("reduce_scatter", message);
     }
     return call("_reduce_scatter_base", output, input, opts);
   }
@@ -277,21 +272,32 @@ class ShmBackend : public Backend {
   }
 
   py::object group() const { return group_; }
-  int64_t native_all_reduces() const { return native_[kAllReduce].load(std::memory_order_relaxed); }
+  int64_t native_all_reduces() const {
+    return native_[counter(kAllReduce)].load(std::memory_order_relaxed);
+  }
   std::map<std::string, int64_t> native_calls() const {
     std::map<std::string, int64_t> counts;
-    const char* names[kKinds] = {"all_reduce", "all_gather", "broadcast", "reduce_scatter"};
-    for (int kind = 0; kind < kKinds; ++kind)
-      counts[names[kind]] = native_[kind].load(std::memory_order_relaxed);
+    for (size_t kind = 0; kind < kKinds; ++kind)
+      counts[kCollectives[kind].name] = native_[kind].load(std::memory_order_relaxed);
     return counts;
   }
 
  private:
-  enum Kind { kAllReduce = 0, kAllGather = 1, kBroadcast = 2, kReduceScatter = 3, kKinds = 4 };
+  static constexpr size_t kKinds = std::size(kCollectives);
+
+  // The counter of collective `code` (its place in shm_contract.h's kCollectives).
+  static size_t counter(int32_t code) {
+    size_t kind = 0;
+    while (kind + 1 < kKinds && kCollectives[kind].code != code) ++kind;
+    return kind;
+  }
+
+  // The name of collective `code`, which keys its C entry.
+  static std::string name_of(int32_t code) { return kCollectives[counter(code)].name; }
 
   // A native call that ran: counted, and a completed Work holding its outputs.
-  WorkPtr completed(Kind kind, Tensors outputs, c10d::OpType type) {
-    native_[kind].fetch_add(1, std::memory_order_relaxed);
+  WorkPtr completed(int32_t collective, Tensors outputs, c10d::OpType type) {
+    native_[counter(collective)].fetch_add(1, std::memory_order_relaxed);
     return c10::make_intrusive<CompletedWork>(std::move(outputs), type);
   }
 
