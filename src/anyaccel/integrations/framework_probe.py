@@ -169,8 +169,8 @@ def _load_runtime(runtime: dict[str, Any]) -> None:
 
     emulated = runtime.get("emulated")
     if emulated:
-        from anyaccel.ops.emulated.runtime import install
-        from anyaccel.ops.emulated.settings import EmulatedSpec
+        from anyaccel.emulated.runtime import install
+        from anyaccel.emulated.spec import EmulatedSpec
 
         install(EmulatedSpec(**emulated))
     found = runtime.get("import")
