@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if ":" not in target:
             raise ConformanceError(
-                f"{args.target!r} is not of the form 'package.module:Class'; "
+                f"{target!r} is not of the form 'package.module:Class'; "
                 "e.g. anyaccel.backends.cpu:CpuAccelerator"
             )
         if args.simulate is not None:
