@@ -25,6 +25,7 @@ from anyaccel.emulated.spec import (
     spec_from_environment,
 )
 from anyaccel.emulated.state import installed_spec
+from anyaccel.instance_defaults import value_before_init
 from anyaccel.probe import FORCE_ENV, ProbeOutcome, forced_name
 
 __all__ = [
@@ -91,11 +92,7 @@ def _communication_backend(device_type: str) -> str:
     vendor = vendor_backend(device_type)
     if vendor is None:
         return DEFAULT_COMMUNICATION_BACKEND
-    declared = vendor._instance_defaults.get("_communication_backend_name")
-    if declared is not None:  # made per instance: ask it of an instance that never ran __init__
-        name: str = declared.factory(vendor.__new__(vendor))
-    else:
-        name = vendor._communication_backend_name
+    name: str = value_before_init(vendor, "_communication_backend_name")
     return DEFAULT_COMMUNICATION_BACKEND if name in TORCH_BACKENDS else name
 
 
