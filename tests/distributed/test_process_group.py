@@ -44,13 +44,13 @@ def test_anyaccel_shm_beside_another_backend_without_its_class_is_refused_not_ha
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # beside another device's backend the group needs its compiled c10d Backend class
-    from anyaccel.ops.cpu.shm_backend import ShmBackendBuilder
+    from anyaccel.ops.cpu.shm_c10d_backend import ShmC10dBackendBuilder
     from anyaccel.ops.errors import BuildToolMissingError
 
     def no_compiler(self: object, verbose: bool = False) -> None:
         raise BuildToolMissingError("no C++ compiler (c++) on PATH")
 
-    monkeypatch.setattr(ShmBackendBuilder, "load", no_compiler)
+    monkeypatch.setattr(ShmC10dBackendBuilder, "load", no_compiler)
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(free_port()))

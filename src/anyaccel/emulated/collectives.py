@@ -32,10 +32,10 @@ def _host_backend(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
     for every collective when they do not).
     """
     from anyaccel.distributed.shm.backend import ShmProcessGroup
-    from anyaccel.ops.cpu.shm_backend import ShmBackendBuilder
+    from anyaccel.ops.cpu.shm_c10d_backend import ShmC10dBackendBuilder
 
     group = ShmProcessGroup(store, rank, size, timeout)
-    return ShmBackendBuilder().load().ShmBackend(rank, size, group, group.gloo)
+    return ShmC10dBackendBuilder().load().ShmBackend(rank, size, group, group.gloo)
 
 
 def create_backend(
@@ -55,6 +55,6 @@ def create_backend(
             f"the {name!r} backend of the emulated {device_type!r} device needs anyaccel's "
             f"c10d backend classes, which could not be built here: {exc}. Install a C++ "
             "compiler and ninja (`anyaccel ops --build HostViewBackendBuilder "
-            "ShmBackendBuilder` shows the build)"
+            "ShmC10dBackendBuilder` shows the build)"
         ) from exc
     return module.HostViewBackend(rank, size, device_type, name, host)

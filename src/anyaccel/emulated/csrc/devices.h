@@ -2,7 +2,7 @@
 // index checks every part shares. Compiled through emulated_device.cpp.
 #pragma once
 
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>

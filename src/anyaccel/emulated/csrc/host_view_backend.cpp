@@ -10,7 +10,7 @@
 // needs. Collectives the CPU Backend may lack (the coalesced forms, the list all_to_all) are
 // composed here from the ones every CPU Backend has, so none fails as "not supported".
 
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 

@@ -13,7 +13,7 @@
 // (shared memory, and its own gloo fallbacks and checks); every other call goes straight to
 // that group's gloo backend, as the Python group's registered backend does.
 
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
