@@ -1,12 +1,14 @@
-"""anyaccel reaches accelerate, transformers and torch.distributed only through public names.
+"""anyaccel reaches accelerate, transformers and torch only through public names, or listed hooks.
 
 Every module under ``src/anyaccel`` is read (its AST, never imported): a name bound to one of
 those frameworks (an import, ``importlib.import_module("...")``, or a variable assigned from
 one) followed by an attribute, or a ``getattr`` string, that starts with ``_`` is a use of
 their private ground; so is a private method of a framework class that a subclass of ours
 overrides or calls on ``self``. Only the documented hooks in :data:`HOOKS` may do it; each
-names why and what it falls back to. (Lightning's hooks are left to the Lightning
-integration's own checks, as ``integrations/lightning`` is.)
+names why and what it falls back to: torch's internals (autograd's engine, the PrivateUse1
+runtime entry points, Inductor's and Dynamo's tables) are listed there like the frameworks'
+ones. (Lightning's hooks are left to the Lightning integration's own checks, as
+``integrations/lightning`` is.)
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ import pytest
 import anyaccel
 
 SRC = Path(anyaccel.__file__).resolve().parent
-FRAMEWORKS = ("accelerate", "transformers", "torch.distributed", "torch._C._distributed_c10d")
+FRAMEWORKS = (
+    "accelerate",
+    "transformers",
+    "torch.distributed",
+    "torch._C._distributed_c10d",
+    "torch",
+)
 #: Framework modules that are private as a whole (torch.distributed's compiled half).
 PRIVATE_MODULES = {"torch._C._distributed_c10d": "_distributed_c10d"}
 #: (module path under src/anyaccel, private name) -> why the hook exists.
@@ -48,6 +56,59 @@ HOOKS: dict[tuple[str, str], str] = {
     ("distributed/shm/backend.py", "_reduce_scatter_base"): (
         "the name torch < 2.10 calls for reduce_scatter_tensor on a Python ProcessGroup; "
         "newer torch calls the public reduce_scatter_single"
+    ),
+    ("distributed/shm/group.py", "_use_count"): (
+        "whether gloo's worker thread still holds a tensor: torch has no public count; read "
+        "with getattr, absent: the group keeps those tensors for the process's life"
+    ),
+    # torch's own internals: autograd's engine, the PrivateUse1 runtime entry points, Inductor
+    ("ops/emulated/shutdown.py", "_execution_engine"): (
+        "autograd's engine entry point (run_backward) for the exit drain's backward without "
+        "the contextvars stash; absent: torch.autograd.backward and a short pause"
+    ),
+    ("ops/emulated/runtime.py", "_C._get_privateuse1_backend_name"): (
+        "which device owns PrivateUse1 now: torch has no public getter (rename is public); "
+        "torch 2.4 to 2.13 all have it"
+    ),
+    ("backends/generic.py", "_C._get_privateuse1_backend_name"): (
+        "the PrivateUse1 device's name for the generic backend; read with getattr, absent: "
+        "torch's default name 'privateuseone'"
+    ),
+    ("ops/emulated/runtime.py", "_register_device_module"): (
+        "how an out-of-tree device attaches torch.<device> (OpenReg and every vendor do it); "
+        "torch documents no other way"
+    ),
+    ("ops/emulated/inductor.py", "_inductor"): (
+        "register_backend_for_device, so Inductor refuses the emulated device with a clear "
+        "message; on ImportError torch's own error stays"
+    ),
+    ("abstract.py", "_dynamo"): (
+        "list_backends() to validate set_compile_backend(); torch.compiler.list_backends() is "
+        "the public door to move to"
+    ),
+    ("testing/conformance.py", "_dynamo"): (
+        "list_backends() for the compile-backend check (as set_compile_backend validates)"
+    ),
+    ("testing/simulated/patching.py", "_dynamo"): (
+        "register_backend() for a simulated vendor's compile backend (as habana_frameworks "
+        "registers hpu_backend); undone on exit"
+    ),
+    ("testing/simulated/patching.py", "_dynamo.backends.registry._COMPILER_FNS"): (
+        "where torch >= 2.6 keeps registered compile backends, to remove the simulated one"
+    ),
+    ("testing/simulated/patching.py", "_dynamo.backends.registry._BACKENDS"): (
+        "where torch 2.4 keeps registered compile backends (and 2.6 names them), to remove "
+        "the simulated one"
+    ),
+    ("ops/host_optimizer.py", "_foreach_div_"): (
+        "one fused unscale of the gradients, as torch's own fused optimizers do; no public "
+        "foreach API exists"
+    ),
+    ("backends/cuda.py", "_grouped_mm"): (
+        "whether this torch has the grouped GEMM (hasattr only); absent: Triton's is preferred"
+    ),
+    ("backends/cpu.py", "_is_mkldnn_fp16_supported"): (
+        "oneDNN's float16 check for is_fp16_supported(); on AttributeError: False"
     ),
 }
 
@@ -115,16 +176,19 @@ def _aliases(tree: ast.Module) -> dict[str, str]:
 
 
 def _private(dotted: str) -> str | None:
-    """The first private component after the framework's own name, else None."""
+    """The private part of ``dotted`` after the framework's own name, else None.
+
+    From its first private component to its last: ``torch._C._get_privateuse1_backend_name``
+    is ``_C._get_privateuse1_backend_name``, ``torch._dynamo.list_backends`` is ``_dynamo``.
+    """
     for module, private in PRIVATE_MODULES.items():
         if dotted == module or dotted.startswith(module + "."):
             return private
     for name in FRAMEWORKS:
         if dotted == name or dotted.startswith(name + "."):
-            for part in dotted[len(name) + 1 :].split("."):
-                if part.startswith("_") and not part.startswith("__"):
-                    return part
-            return None
+            parts = dotted[len(name) + 1 :].split(".")
+            private = [i for i, p in enumerate(parts) if p.startswith("_") and p[:2] != "__"]
+            return ".".join(parts[private[0] : private[-1] + 1]) if private else None
     return None
 
 
@@ -132,10 +196,11 @@ def private_uses(source: str) -> list[tuple[int, str]]:
     """(line, private name) for each use of the frameworks' private ground in ``source``."""
     tree = ast.parse(source)
     aliases = _aliases(tree)
+    inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         dotted: str | None = None
-        if isinstance(node, ast.Attribute):
+        if isinstance(node, ast.Attribute) and id(node) not in inner:  # whole chains only
             dotted = _dotted(node, aliases)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) >= 2:
@@ -152,7 +217,12 @@ def private_uses(source: str) -> list[tuple[int, str]]:
             if private:
                 found.append((node.lineno, private))  # type: ignore[attr-defined]
     found.extend(_inherited_private_uses(tree, aliases))
-    return sorted(set(found))
+    # ``getattr(torch._C, "_x")`` reads ``torch._C`` too: the longer name says it all
+    return sorted(
+        (line, name)
+        for line, name in set(found)
+        if not any(o.startswith(name + ".") for at, o in found if at == line)
+    )
 
 
 def _inherited_private_uses(tree: ast.Module, aliases: dict[str, str]) -> list[tuple[int, str]]:
@@ -224,7 +294,7 @@ def test_every_documented_hook_is_still_used() -> None:
     gone = [
         f"{module}: {name}"
         for module, name in HOOKS
-        if name not in (SRC / module).read_text(encoding="utf-8")
+        if name.rpartition(".")[2] not in (SRC / module).read_text(encoding="utf-8")
     ]
     assert gone == []
 
@@ -245,6 +315,17 @@ def test_every_documented_hook_is_still_used() -> None:
             [(2, "_plugins")],
         ),
         ("import torch\nx = torch._C._distributed_c10d\n", [(2, "_distributed_c10d")]),
+        # torch's own internals, named from the first private part to the last
+        (
+            "import torch\ngetattr(torch._C, '_get_privateuse1_backend_name', None)\n",
+            [(2, "_C._get_privateuse1_backend_name")],
+        ),
+        (
+            "import torch\ntorch.autograd.Variable._execution_engine.run_backward\n",
+            [(2, "_execution_engine")],
+        ),
+        ("from torch._inductor.codegen.common import f\n", [(1, "_inductor")]),
+        ("import torch\ntorch.compiler.list_backends()\n", []),
         (
             "from accelerate.state import PartialState\nPartialState._shared_state\n",
             [(2, "_shared_state")],
