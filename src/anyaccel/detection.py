@@ -66,6 +66,7 @@ from anyaccel.registry import (
     registered_backends,
     unregister_backend,
 )
+from anyaccel.settings import LAUNCHERS
 
 __all__ = [
     "FORCE_ENV",
@@ -435,13 +436,8 @@ def _detect_once(api: str) -> tuple[Accelerator, DetectionReport]:
 
 #: Rank variables launchers set (torchrun, Open MPI, Intel MPI/MPICH, Slurm), job-wide then
 #: per node: the CPU fallback is reported by the job's first process only.
-_RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
-_LOCAL_RANK_VARIABLES = (
-    "LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "MPI_LOCALRANKID",
-    "SLURM_LOCALID",
-)
+_RANK_VARIABLES = tuple(launcher.rank for launcher in LAUNCHERS)
+_LOCAL_RANK_VARIABLES = tuple(launcher.local_rank for launcher in LAUNCHERS)
 
 
 def _first_process_of_job() -> bool:

@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from anyaccel.errors import InvalidSettingError
 
 __all__ = [
     "AUTOLOAD_ENV",
     "EMULATED_ENV",
+    "LAUNCHERS",
     "OFF_VALUES",
     "ON_VALUES",
     "SIMULATED_ENV",
+    "LauncherVariables",
     "read_on_off",
 ]
 
@@ -32,6 +35,28 @@ EMULATED_ENV = "ANYACCEL_EMULATED"
 SIMULATED_ENV = "ANYACCEL_SIMULATED"
 #: torch's switch for its out-of-tree device backend autoload (torch >= 2.5).
 AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+
+
+class LauncherVariables(NamedTuple):
+    """The variables one launcher sets for each process."""
+
+    name: str
+    rank: str
+    world_size: str
+    local_rank: str
+    local_world_size: str
+
+
+#: Launchers by the variables they set, in priority order (torchrun inside Slurm wins).
+LAUNCHERS: tuple[LauncherVariables, ...] = (
+    LauncherVariables("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+    LauncherVariables("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    LauncherVariables("Intel MPI/MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
+                      "MPI_LOCALNRANKS"),
+    LauncherVariables("Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+                      "SLURM_NTASKS_PER_NODE"),
+)  # fmt: skip
 
 #: The spellings that turn a variable on (compared in lower case).
 ON_VALUES: tuple[str, ...] = ("1", "true", "yes", "on")

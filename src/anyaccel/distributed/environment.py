@@ -12,9 +12,9 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from anyaccel.distributed.errors import DistributedSetupError
+from anyaccel.settings import LAUNCHERS, LauncherVariables
 
 __all__ = [
     "DEFAULT_MASTER_PORT",
@@ -25,27 +25,6 @@ __all__ = [
     "launch_info",
 ]
 
-
-class LauncherVariables(NamedTuple):
-    """The variables one launcher sets for each process."""
-
-    name: str
-    rank: str
-    world_size: str
-    local_rank: str
-    local_world_size: str
-
-
-#: Launchers by the variables they set, in priority order (torchrun inside Slurm wins).
-LAUNCHERS: tuple[LauncherVariables, ...] = (
-    LauncherVariables("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
-    LauncherVariables("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
-    LauncherVariables("Intel MPI/MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
-                      "MPI_LOCALNRANKS"),
-    LauncherVariables("Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-                      "SLURM_NTASKS_PER_NODE"),
-)  # fmt: skip
 
 DEFAULT_MASTER_PORT = 29500
 
