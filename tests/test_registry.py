@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +90,40 @@ def test_detection_keeps_its_old_registry_names() -> None:
     assert detection.registered_backends is registry.registered_backends
     assert detection.SUPPORTED_ACCELERATOR_LIST is registry.SUPPORTED_ACCELERATOR_LIST
     assert detection._BUILTIN_CANDIDATES is registry.BUILTIN_CANDIDATES
+
+
+def test_a_builtin_row_labels_itself_with_its_class_runtime_package() -> None:
+    from anyaccel.backends.mlu import MluAccelerator
+    from anyaccel.backends.xpu import IpexXpuAccelerator
+
+    labels = {c.accelerator: c.path for c in registry.BUILTIN_CANDIDATES}
+    assert labels["anyaccel.backends.mlu:MluAccelerator"] == (
+        f"mlu ({MluAccelerator.runtime_package})"
+    )
+    assert labels["anyaccel.backends.xpu:IpexXpuAccelerator"] == (
+        f"xpu ({IpexXpuAccelerator.runtime_package})"
+    )
+    assert labels["anyaccel.backends.cpu:CpuAccelerator"] == "cpu (fallback)"
+
+
+@pytest.mark.parametrize("forced", ["cpu", None])
+def test_the_registry_imports_no_backend_before_detection_probes_it(forced: str | None) -> None:
+    """Forcing cpu probes cpu alone: no vendor backend is imported for the trace's labels."""
+    script = (
+        "import sys, warnings; warnings.simplefilter('ignore'); import anyaccel\n"
+        "from anyaccel import registry\n"
+        "registry.registered_backends(include_plugins=False)\n"
+        "assert 'anyaccel.backends.npu' not in sys.modules, 'read the rows'\n"
+        "anyaccel.get_accelerator()\n"
+        "print(sorted(m for m in sys.modules if m.startswith('anyaccel.backends.')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
+    if forced is not None:
+        env["DS_ACCELERATOR"] = forced
+    env["PYTHONPATH"] = str(Path(anyaccel.__file__).resolve().parents[1])
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    imported = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    assert ("anyaccel.backends.npu" in imported) is (forced is None)  # probed: then imported

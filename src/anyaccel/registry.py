@@ -181,9 +181,9 @@ def registered_backends(*, include_plugins: bool = True) -> tuple[BackendCandida
         load_plugins_once()
     with _registry_lock:
         candidates = list(_candidates)
-    if not include_plugins:
-        plugin_paths = {c.path for c in _plugin_candidates}
-        candidates = [c for c in candidates if c.path not in plugin_paths]
+    if not include_plugins:  # by identity: reading labels would import every backend
+        plugins = {id(c) for c in _plugin_candidates}
+        candidates = [c for c in candidates if id(c) not in plugins]
     return tuple(sorted(candidates, key=lambda c: c.priority))
 
 
@@ -294,8 +294,8 @@ def forget_plugins() -> None:
     with _plugins_lock:
         with _registry_lock:
             _plugin_statuses.clear()
-            paths = {c.path for c in _plugin_candidates}
-            _candidates[:] = [c for c in _candidates if c.path not in paths]
+            plugins = {id(c) for c in _plugin_candidates}
+            _candidates[:] = [c for c in _candidates if id(c) not in plugins]
             _plugin_candidates.clear()
             _refresh_supported_names()
         _plugins_state = "unloaded"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from anyaccel.porting import rule as rule_module
 from anyaccel.porting.checker import check_source
-from anyaccel.porting.rule import Invalid, PortingRule
-from anyaccel.porting.rules import RULES
+from anyaccel.porting.rule import DuplicateRuleError, Invalid, PortingRule
+from anyaccel.porting.rules import CALL_ORDER, RULES
 
 UNITS = list(RULES.values())
 VALID = [(unit, example) for unit in UNITS for example in unit.VALID]
@@ -49,13 +50,52 @@ def test_every_hook_of_a_rule_is_one_the_walks_call(unit: PortingRule) -> None:
             assert kind in known[prefix], f"{unit.code}.{attribute} is never called"
 
 
-def test_every_rule_that_rewrites_calls_has_a_place_in_the_call_order() -> None:
-    pytest.importorskip("libcst")
-    from anyaccel.porting import porter
-
+def test_every_rule_that_rewrites_calls_has_a_place_of_its_own_in_the_call_order() -> None:
     rewriting = {unit.code for unit in UNITS if hasattr(unit, "rewrite_Call")}
-    assert set(porter._CALL_ORDER) == rewriting
-    assert len(porter._CALL_ORDER) == len(rewriting)
+    assert {unit.code for unit in CALL_ORDER} == rewriting
+    ranks = [unit.call_rank for unit in CALL_ORDER]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
+
+
+def test_a_device_count_that_counts_processes_is_rewritten_before_device_count() -> None:
+    order = [unit.code for unit in CALL_ORDER]
+    assert order.index("ACC045") < order.index("ACC050")
+
+
+def test_defining_a_rule_registers_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rule_module, "_registered", dict(rule_module._registered))
+
+    class Planted(PortingRule):
+        code = "ACC998"
+
+    assert rule_module.registered_rules()["ACC998"] is Planted
+
+
+def test_a_second_rule_with_a_taken_code_is_refused() -> None:
+    with pytest.raises(DuplicateRuleError, match="claims rule code ACC043"):
+
+        class Impostor(PortingRule):
+            code = "ACC043"
+
+
+def test_a_rule_that_rewrites_calls_without_a_rank_is_refused() -> None:
+    with pytest.raises(TypeError, match="has no call_rank"):
+
+        class Unranked(PortingRule):
+            code = "ACC997"
+
+            def rewrite_Call(self) -> None:
+                """Never asked."""
+
+
+def test_each_rule_module_is_named_after_the_codes_it_holds() -> None:
+    for unit in UNITS:
+        module = type(unit).__module__.rpartition(".")[2]
+        first, _, rest = module.partition("_")
+        low = int(first.removeprefix("acc"))
+        high_text = rest.partition("_")[0]
+        high = int(high_text) if high_text.isdigit() else low
+        assert low <= int(unit.code.removeprefix("ACC")) <= high, (unit.code, module)
 
 
 @pytest.mark.parametrize(("unit", "source"), VALID, ids=_id)

@@ -31,7 +31,7 @@ from anyaccel.porting.analysis import (
 )
 from anyaccel.porting.rule import PortingRule, Scope
 from anyaccel.porting.rules import RULES, classify
-from anyaccel.porting.rules.acc043_device_indexes import (
+from anyaccel.porting.rules.acc043_045_device_indexes import (
     DEVICE_COUNTS,
     PROCESS_COUNT_KEYWORDS,
     PROCESS_COUNT_NAME,

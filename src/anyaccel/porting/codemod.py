@@ -33,7 +33,7 @@ from anyaccel.porting.checker import (
 )
 from anyaccel.porting.port_imports import WrittenNames, fix_imports
 from anyaccel.porting.porter import Porter, configures_cuda
-from anyaccel.porting.rules.acc010_amp import Autocast, GradScaler
+from anyaccel.porting.rules.acc010_012_amp import Autocast, GradScaler
 from anyaccel.porting.source_text import newline_of
 
 __all__ = ["MAX_NESTING", "LineEdit", "PortError", "PortResult", "port_source"]

@@ -18,7 +18,7 @@ from libcst.helpers import get_full_name_for_node
 from anyaccel.porting.analysis import NO_NAMES, IndexNames, is_cuda_guard, qualified_name
 from anyaccel.porting.rewriting import Rewriter
 from anyaccel.porting.rule import PortingRule
-from anyaccel.porting.rules import RULES, classify
+from anyaccel.porting.rules import CALL_ORDER, RULES, classify
 
 __all__ = ["Porter", "configures_cuda"]
 
@@ -26,21 +26,6 @@ __all__ = ["Porter", "configures_cuda"]
 _DEVICE_KEYWORDS = frozenset({"device", "map_location"})
 #: What :meth:`Porter.needs` takes for ``import torch`` (any other name is a helper).
 _TORCH = "torch"
-#: The order the rules rewrite a call in: the first that returns a replacement wins.
-_CALL_ORDER = (
-    "ACC045",  # a device count that counts processes, before ACC050's device_count
-    "ACC050",
-    "ACC051",
-    "ACC044",
-    "ACC043",
-    "ACC040",
-    "ACC003",
-    "ACC010",
-    "ACC011",
-    "ACC033",
-    "ACC030",
-    "ACC032",
-)
 
 
 def _hooks(
@@ -49,17 +34,6 @@ def _hooks(
     return tuple(
         hook for unit in rules if (hook := getattr(unit, f"{prefix}_{kind}", None)) is not None
     )
-
-
-def _check_call_order() -> tuple[Callable[..., object], ...]:
-    """The rules' call rewrites in :data:`_CALL_ORDER`; every rule with one must be listed."""
-    listed = set(_CALL_ORDER)
-    missing = [
-        u.code for u in RULES.values() if hasattr(u, "rewrite_Call") and u.code not in listed
-    ]
-    if missing:  # pragma: no cover - caught by the tests when a rule is added
-        raise RuntimeError(f"rules {missing} rewrite calls but are not in porter._CALL_ORDER")
-    return _hooks("rewrite", "Call", (RULES[code] for code in _CALL_ORDER))
 
 
 _PLANS = {
@@ -77,7 +51,7 @@ _REWRITES = {
         "BinaryOperation",
     )
 }
-_REWRITES["Call"] = _check_call_order()
+_REWRITES["Call"] = _hooks("rewrite", "Call", CALL_ORDER)
 
 
 def configures_cuda(statement: ast.stmt, aliases: dict[str, str]) -> bool:

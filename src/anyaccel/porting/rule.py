@@ -9,16 +9,33 @@ the way up, with the porter (``anyaccel.porting.rewriting.Rewriter``); those hoo
 libcst themselves, so checking never loads it. ``VALID`` and ``INVALID`` are the rule's
 examples, and its tests: ``tests/porting/test_rule_examples.py`` runs every one through
 ``check`` and ``port``.
+
+Defining the class registers the rule (:func:`registered_rules`): a rule is one class in a
+module of :mod:`anyaccel.porting.rules`, and nothing else lists it.
 """
 
 from __future__ import annotations
 
 import ast
-from typing import ClassVar, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
+from anyaccel.errors import AnyaccelError
 from anyaccel.porting.analysis import IndexNames
 
-__all__ = ["Invalid", "PortingRule", "Scope"]
+__all__ = ["DuplicateRuleError", "Invalid", "PortingRule", "Scope", "registered_rules"]
+
+
+class DuplicateRuleError(AnyaccelError, ValueError):
+    """Two rule classes claim one code (codes are never reused)."""
+
+
+#: Every rule class by code, as each registered itself when it was defined.
+_registered: dict[str, type[PortingRule]] = {}
+
+
+def registered_rules() -> dict[str, type[PortingRule]]:
+    """The rule classes defined so far, by code, in code order."""
+    return dict(sorted(_registered.items()))
 
 
 class Invalid(NamedTuple):
@@ -83,10 +100,35 @@ class PortingRule:
     guarded: ClassVar[bool] = False
     #: Whether :meth:`match_name` is asked last (the names no other rule claims).
     catch_all: ClassVar[bool] = False
+    #: A rule with ``rewrite_Call``: its place among those (lower first; the first replacement
+    #: wins), so a narrower rewrite of a call runs before a broader one.
+    call_rank: ClassVar[int | None] = None
     #: Code the rule must not report.
     VALID: ClassVar[tuple[str, ...]] = ()
     #: Code the rule must report (and, when portable, the ported file).
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register a rule (a class that sets ``code``); a second class with its code is refused."""
+        super().__init_subclass__(**kwargs)
+        code = cls.__dict__.get("code")
+        if code is None:
+            return  # a base shared by rules, not a rule
+        taken = _registered.get(code)
+        if taken is not None and (taken.__module__, taken.__qualname__) != (
+            cls.__module__,
+            cls.__qualname__,
+        ):  # the same class again (a module reloaded) replaces itself
+            raise DuplicateRuleError(
+                f"{cls.__module__}.{cls.__qualname__} claims rule code {code}, which "
+                f"{taken.__module__}.{taken.__qualname__} has; give it a new, never used code"
+            )
+        if "rewrite_Call" in cls.__dict__ and cls.call_rank is None:
+            raise TypeError(
+                f"{cls.__qualname__} ({code}) rewrites calls but has no call_rank: set it to "
+                "its place among the rules that rewrite calls (see the others' call_rank)"
+            )
+        _registered[code] = cls
 
     def match_name(self, qualified: str) -> str | None:
         """For a dotted name like ``torch.cuda.synchronize``: the fix's ``attr`` if it is ours."""

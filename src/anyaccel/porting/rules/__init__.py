@@ -1,49 +1,28 @@
 """Every rule ``anyaccel check`` applies and ``anyaccel port`` rewrites: one stable code each.
 
-Each rule is one class in a module here (one module per family of codes), holding its
-message, its detection, its rewrite and its valid/invalid examples; this package lists them.
-Adding a rule: docs/porting.md, "Adding a rule".
+Each rule is one class in a module here (one module per family of codes, named after the codes
+it holds: ``acc043_045_device_indexes.py`` holds ACC043-ACC045), holding its message, its
+detection, its rewrite and its valid/invalid examples. Defining the class registers it; this
+package imports every module here and instantiates what registered. Adding a rule:
+docs/porting.md, "Adding a rule".
 """
 
 from __future__ import annotations
 
-from anyaccel.porting.rule import Invalid, PortingRule
-from anyaccel.porting.rules.acc001_cuda_api import (
+import importlib
+import pkgutil
+
+from anyaccel.porting.rule import Invalid, PortingRule, registered_rules
+from anyaccel.porting.rules.acc001_004_cuda_api import (
     CUDA_ALIASES,
-    ContractApi,
-    CudaOnlyApi,
-    CurrentDevice,
-    DefaultGenerators,
     contract_names,
     portable_cuda_names,
 )
-from anyaccel.porting.rules.acc010_amp import AmpOther, Autocast, GradScaler
-from anyaccel.porting.rules.acc020_backend_flags import BackendFlag
-from anyaccel.porting.rules.acc030_tensor import (
-    DataLoaderPinMemory,
-    TensorCuda,
-    TensorIsCuda,
-    TensorPinMemory,
-)
-from anyaccel.porting.rules.acc040_device_strings import (
-    CudaVisibleDevices,
-    DeviceString,
-    NcclBackend,
-)
-from anyaccel.porting.rules.acc043_device_indexes import (
-    DdpDeviceIds,
-    DeviceCountAsProcessCount,
-    IntDeviceOrdinal,
-)
-from anyaccel.porting.rules.acc046_lightning import LightningCudaAccelerator
-from anyaccel.porting.rules.acc050_torch_accelerator import (
-    ACCELERATOR_PORTS,
-    DefaultBackendForDevice,
-    TorchAcceleratorApi,
-)
+from anyaccel.porting.rules.acc050_051_torch_accelerator import ACCELERATOR_PORTS
 
 __all__ = [
     "ACCELERATOR_PORTS",
+    "CALL_ORDER",
     "CUDA_ALIASES",
     "NAME_RULES",
     "RULES",
@@ -59,36 +38,11 @@ __all__ = [
 #: The unit every rule is (the name the rule record had before rules were classes).
 Rule = PortingRule
 
+for _module in pkgutil.iter_modules(__path__):  # each rule module registers its rules
+    importlib.import_module(f"{__name__}.{_module.name}")
+
 #: Every rule by code, in code order.
-RULES: dict[str, PortingRule] = {
-    unit.code: unit
-    for unit in sorted(
-        (
-            ContractApi(),
-            CudaOnlyApi(),
-            CurrentDevice(),
-            DefaultGenerators(),
-            Autocast(),
-            GradScaler(),
-            AmpOther(),
-            BackendFlag(),
-            TensorCuda(),
-            TensorIsCuda(),
-            TensorPinMemory(),
-            DataLoaderPinMemory(),
-            DeviceString(),
-            NcclBackend(),
-            CudaVisibleDevices(),
-            IntDeviceOrdinal(),
-            DdpDeviceIds(),
-            DeviceCountAsProcessCount(),
-            LightningCudaAccelerator(),
-            TorchAcceleratorApi(),
-            DefaultBackendForDevice(),
-        ),
-        key=lambda unit: unit.code,
-    )
-}
+RULES: dict[str, PortingRule] = {code: cls() for code, cls in registered_rules().items()}
 
 #: The rules that judge dotted names, asked in this order (catch-alls last).
 NAME_RULES: tuple[PortingRule, ...] = tuple(
@@ -105,6 +59,15 @@ def rule(code: str) -> PortingRule:
         return RULES[code]
     except KeyError:
         raise KeyError(f"unknown rule code {code!r}; known: {', '.join(RULES)}") from None
+
+
+#: The rules that rewrite calls, in the order they are asked (the first replacement wins).
+CALL_ORDER: tuple[PortingRule, ...] = tuple(
+    sorted(
+        (unit for unit in RULES.values() if unit.call_rank is not None),
+        key=lambda unit: unit.call_rank or 0,
+    )
+)
 
 
 def classify(qualified: str) -> tuple[str, str] | None:

@@ -188,6 +188,7 @@ class CurrentDevice(PortingRule):
     """``torch.cuda.current_device()``: an index, where the contract has a name too."""
 
     code = "ACC003"
+    call_rank = 70
     name = "cuda-current-device"
     message = "`{name}` returns a CUDA device index"
     suggestion = (

@@ -40,6 +40,7 @@ class Autocast(PortingRule):
     """``torch.cuda.amp.autocast``: ``torch.autocast`` on the accelerator, in an honest dtype."""
 
     code = "ACC010"
+    call_rank = 80
     name = "cuda-amp-autocast"
     message = "`{name}` is autocast for CUDA only"
     suggestion = (
@@ -144,6 +145,7 @@ class GradScaler(PortingRule):
     """
 
     code = "ACC011"
+    call_rank = 90
     name = "cuda-amp-grad-scaler"
     message = "`{name}` is the CUDA-only gradient scaler"
     suggestion = (

@@ -31,6 +31,7 @@ class TensorCuda(PortingRule):
     """``x.cuda()``: ``x.to(<the accelerator's device>)``."""
 
     code = "ACC030"
+    call_rank = 110
     name = "tensor-cuda"
     message = "`.cuda()` moves to a CUDA device only"
     suggestion = ".to(get_accelerator().current_device_name())"
@@ -170,6 +171,7 @@ class TensorPinMemory(PortingRule):
     """``x.pin_memory()``: ``get_accelerator().pin_memory(x)``."""
 
     code = "ACC032"
+    call_rank = 120
     name = "tensor-pin-memory"
     message = "`.pin_memory()` fails where the build has no pinned-memory support"
     suggestion = "get_accelerator().pin_memory(tensor)"
@@ -209,6 +211,7 @@ class DataLoaderPinMemory(PortingRule):
     """``DataLoader(pin_memory=True)``: pin where the accelerator says pinning applies."""
 
     code = "ACC033"
+    call_rank = 100
     name = "dataloader-pin-memory"
     message = (
         "`DataLoader(pin_memory=True)` pins for CUDA; on a host without it torch warns and "

@@ -24,6 +24,7 @@ class DeviceString(PortingRule):
     """``"cuda"``, ``"cuda:1"``, ``f"cuda:{i}"``, ``"cuda:%d" % i``: the accelerator's name."""
 
     code = "ACC040"
+    call_rank = 60
     name = "cuda-device-string"
     message = "the device string {name} names CUDA"
     suggestion = "get_accelerator().device_name() or get_accelerator().device_name(i)"

@@ -41,6 +41,7 @@ class IntDeviceOrdinal(PortingRule):
     """An integer index where torch takes a device: ``get_accelerator().device_name(i)``."""
 
     code = "ACC043"
+    call_rank = 50
     name = "int-device-ordinal"
     message = (
         "the integer {name} is used as a device; without CUDA torch reads it as an "
@@ -150,6 +151,7 @@ class DdpDeviceIds(PortingRule):
     """DDP's ``device_ids=[i]`` and ``output_device=i``: the placement helpers decide."""
 
     code = "ACC044"
+    call_rank = 40
     name = "ddp-device-ids"
     message = "DistributedDataParallel's {name} names a device; torch refuses one for a CPU module"
     suggestion = "{attr}"
@@ -250,6 +252,7 @@ class DeviceCountAsProcessCount(PortingRule):
     """``world_size = torch.cuda.device_count()``: ``local_process_count()`` on every host."""
 
     code = "ACC045"
+    call_rank = 10  # a device count that counts processes, before ACC050's device_count
     name = "device-count-as-process-count"
     message = "`{name}` counts processes here; it is 0 on a host without that accelerator"
     suggestion = "anyaccel.distributed.local_process_count()"

@@ -31,6 +31,7 @@ class TorchAcceleratorApi(PortingRule):
     """A ``torch.accelerator`` function: its contract method, where the contract has one."""
 
     code = "ACC050"
+    call_rank = 20
     name = "torch-accelerator-api"
     message = (
         "`{name}` is torch.accelerator's (torch >= 2.6): it finds no accelerator on a "
@@ -94,6 +95,7 @@ class DefaultBackendForDevice(PortingRule):
     """``get_default_backend_for_device(acc)``: the accelerator's communication backend."""
 
     code = "ACC051"
+    call_rank = 30
     name = "default-backend-for-device"
     message = "`{name}` picks torch's backend for a device (torch >= 2.6), not the accelerator's"
     suggestion = "get_accelerator().communication_backend_name()"
