@@ -62,11 +62,22 @@ HOOKS: dict[tuple[str, str], str] = {
         "with getattr, absent: the group keeps those tensors for the process's life"
     ),
     # torch's own internals: autograd's engine, the PrivateUse1 runtime entry points, Inductor
-    ("ops/emulated/shutdown.py", "_execution_engine"): (
+    ("emulated/shutdown.py", "_execution_engine"): (
         "autograd's engine entry point (run_backward) for the exit drain's backward without "
         "the contextvars stash; absent: torch.autograd.backward and a short pause"
     ),
-    ("ops/emulated/runtime.py", "_C._get_privateuse1_backend_name"): (
+    ("emulated/state.py", "_C._get_privateuse1_backend_name"): (
+        "whether PrivateUse1 is free for the emulated device before it is installed; "
+        "torch has no public getter"
+    ),
+    ("emulated/torch_module.py", "_C._get_privateuse1_backend_name"): (
+        "the device type torch.<type>'s functions answer for (the name PrivateUse1 holds)"
+    ),
+    ("integrations/framework_probe.py", "_C._get_privateuse1_backend_name"): (
+        "whether the child process asking accelerate already has the parent's PrivateUse1 "
+        "device, before it renames PrivateUse1 so the device string parses"
+    ),
+    ("emulated/runtime.py", "_C._get_privateuse1_backend_name"): (
         "which device owns PrivateUse1 now: torch has no public getter (rename is public); "
         "torch 2.4 to 2.13 all have it"
     ),
@@ -74,11 +85,11 @@ HOOKS: dict[tuple[str, str], str] = {
         "the PrivateUse1 device's name for the generic backend; read with getattr, absent: "
         "torch's default name 'privateuseone'"
     ),
-    ("ops/emulated/runtime.py", "_register_device_module"): (
+    ("emulated/runtime.py", "_register_device_module"): (
         "how an out-of-tree device attaches torch.<device> (OpenReg and every vendor do it); "
         "torch documents no other way"
     ),
-    ("ops/emulated/inductor.py", "_inductor"): (
+    ("emulated/inductor.py", "_inductor"): (
         "register_backend_for_device, so Inductor refuses the emulated device with a clear "
         "message; on ImportError torch's own error stays"
     ),
@@ -86,7 +97,7 @@ HOOKS: dict[tuple[str, str], str] = {
         "list_backends() to validate set_compile_backend(); torch.compiler.list_backends() is "
         "the public door to move to"
     ),
-    ("testing/conformance.py", "_dynamo"): (
+    ("testing/conformance/checks.py", "_dynamo"): (
         "list_backends() for the compile-backend check (as set_compile_backend validates)"
     ),
     ("testing/simulated/patching.py", "_dynamo"): (

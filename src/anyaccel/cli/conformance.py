@@ -19,6 +19,8 @@ import argparse
 import json
 import sys
 
+from anyaccel.settings import EMULATED_ENV
+
 __all__ = ["PICKED_TARGET", "add_arguments", "run"]
 
 #: The target checked when none is given: the factory that returns the accelerator this
@@ -54,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--emulated",
         metavar="TYPE:COUNT[:CAPACITY]",
-        help="install emulated devices first (as ANYACCEL_EMULATED, e.g. npu:2): without a "
+        help=f"install emulated devices first (as {EMULATED_ENV}, e.g. npu:2): without a "
         "target they are the accelerator checked; a target runs over torch.TYPE",
     )
     parser.add_argument(

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 
 from anyaccel.emulated.spec import MAX_DEVICES
-from anyaccel.emulated.state import torch_problem, torch_version
+from anyaccel.emulated.state import torch_problem
 from anyaccel.ops.builder import Compatibility, OpBuilder
+from anyaccel.probe import torch_release
 
 __all__ = ["CSRC_DIR", "EmulatedDeviceBuilder", "HostViewBackendBuilder"]
 
@@ -40,7 +41,7 @@ class EmulatedDeviceBuilder(OpBuilder):
     def cxx_args(self) -> list[str]:
         """-O2, torch's version for the ``#if`` around interfaces that changed, and the size of
         the device table (``MAX_DEVICES``, defined once in ``spec``)."""
-        major, minor = torch_version()
+        major, minor = torch_release()
         return [
             "-O2",
             f"-DANYACCEL_TORCH_MAJOR={major}",

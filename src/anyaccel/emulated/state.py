@@ -12,6 +12,7 @@ from types import ModuleType
 
 from anyaccel.emulated.spec import EmulatedSpec
 from anyaccel.errors import AcceleratorError
+from anyaccel.probe import FORCE_ENV, torch_release
 
 __all__ = [
     "MINIMUM_TORCH",
@@ -22,7 +23,6 @@ __all__ = [
     "record_installed",
     "record_native",
     "torch_problem",
-    "torch_version",
 ]
 
 #: The oldest torch the native core is built and tested against: its PrivateUse1 hooks,
@@ -59,22 +59,14 @@ def native() -> ModuleType:
     if _native is None:
         raise EmulatedDeviceError(
             "the emulated device is not installed in this process: call "
-            "anyaccel.testing.emulated.install() (or set DS_ACCELERATOR=emulated) first"
+            f"anyaccel.testing.emulated.install() (or set {FORCE_ENV}=emulated) first"
         )
     return _native
 
 
-def torch_version() -> tuple[int, int]:
-    """This torch's ``(major, minor)``."""
-    import torch
-
-    major, minor = (int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
-    return major, minor
-
-
 def torch_problem() -> str | None:
     """Why this torch cannot run the emulated device (older than ``MINIMUM_TORCH``), or ``None``."""
-    if torch_version() >= MINIMUM_TORCH:
+    if torch_release() >= MINIMUM_TORCH:
         return None
     import torch
 
