@@ -12,7 +12,6 @@ while this registration runs when the accelerator (the backends layer) installs 
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import Any
 
 from anyaccel.emulated.state import EmulatedDeviceError
 from anyaccel.forksafe import ForkSafeLock
+from anyaccel.probe import resolve
 
 __all__ = ["BACKEND_FACTORY", "register_collectives", "registered_collectives"]
 
@@ -46,8 +46,7 @@ def _creator(device_type: str, name: str) -> Callable[[Any, int, int, timedelta]
     """The factory torch calls on every rank of a group that uses ``name``."""
 
     def create(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
-        module_name, _, attribute = BACKEND_FACTORY.partition(":")
-        factory = getattr(importlib.import_module(module_name), attribute)
+        factory = resolve(BACKEND_FACTORY)
         return factory(device_type, name, store, rank, size, timeout)
 
     return create

@@ -12,7 +12,6 @@ integration provides (:data:`DEEPSPEED_INTERFACE`).
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -20,6 +19,7 @@ from typing import cast
 
 from anyaccel.ops.builder import Compatibility
 from anyaccel.ops.cpu.builder import CPUOpBuilder
+from anyaccel.probe import resolve
 
 __all__ = ["DEEPSPEED_INTERFACE", "ShareMemCommBuilder", "ShmCommBuilder"]
 
@@ -68,9 +68,5 @@ class ShareMemCommBuilder(ShmCommBuilder):
         Raises what :meth:`ShmCommBuilder.load` raises.
         """
         kernel = super().load(verbose)
-        module_name, _, attribute = DEEPSPEED_INTERFACE.partition(":")
-        interface = cast(
-            Callable[[ModuleType], ModuleType],
-            getattr(importlib.import_module(module_name), attribute),
-        )
+        interface = cast(Callable[[ModuleType], ModuleType], resolve(DEEPSPEED_INTERFACE))
         return interface(kernel)
