@@ -206,6 +206,7 @@ AGAINST_GLOO = textwrap.dedent(
     dist.all_gather_into_tensor(theirs[1], b2, group=gloo)
     same("coalesced all_gather_into_tensor", outs, theirs)
     # unchanged DDP code on the device: gloo's losses on the CPU, bit for bit
+    timed = []
     def train(wrap, device, steps=5):
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
@@ -219,11 +220,16 @@ AGAINST_GLOO = textwrap.dedent(
             loss = torch.nn.functional.mse_loss(wrapped(x), x.sum(1, keepdim=True))
             opt.zero_grad(); loss.backward(); opt.step()
             losses.append(loss.item())
+        stats = wrapped._get_ddp_logging_data()  # DDP's runtime statistics need a timer
+        timed.append(stats.get("avg_forward_compute_time", 0) > 0
+                     and stats.get("avg_backward_compute_time", 0) > 0)
         return losses
     DDP = torch.nn.parallel.DistributedDataParallel
     ids = None if dev.type == "cpu" else [rank]
     ours = train(lambda m: DDP(m, device_ids=ids), dev)
     theirs = train(lambda m: DDP(m, process_group=gloo), "cpu")
+    if not timed[0]:
+        failures.append("DDP on the device collected no forward/backward times")
     checks.append("DDP")
     if ours != theirs or len(set(ours)) < 3:
         failures.append(f"DDP losses {ours} vs {theirs}")
@@ -400,3 +406,38 @@ def test_installing_registers_the_backend_or_warns_why_not() -> None:
     assert runs["sdaa"].strip() == "tccl {'tccl': 'sdaa'}"
     # klxpu's data sheet names nccl, which torch keeps for itself: the emulation takes emuccl
     assert runs["klxpu"].strip() == "emuccl {'emuccl': 'klxpu'}"
+
+
+#: Rank 1 dies after the group is up; rank 0's next all_reduce must fail, naming hccl.
+DEAD_RANK = textwrap.dedent(
+    """
+    import json, os, time
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from anyaccel.testing.emulated import install
+    rank = int(os.environ["RANK"])
+    install(device_type="npu", device_count=2)
+    dist.init_process_group("hccl", timeout=timedelta(seconds=20))
+    tensor = torch.ones(1024, device=f"npu:{rank}")
+    dist.all_reduce(tensor)  # both ranks alive: the shared segment is set up
+    if rank == 1:
+        os._exit(0)  # dies without a word, as a killed rank does
+    began = time.monotonic()
+    try:
+        dist.all_reduce(tensor)
+        error = ""
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    print(json.dumps({"error": error, "seconds": time.monotonic() - began}), flush=True)
+    os._exit(0)  # the group cannot be destroyed with a dead peer
+    """
+)
+
+
+@multiprocess
+@needs_emulated_device
+def test_a_dead_rank_is_reported_under_the_backend_the_user_chose() -> None:
+    survivor = json.loads(finish(start_ranks(DEAD_RANK, 2))[0].strip().splitlines()[-1])
+    assert survivor["error"], "the survivor's all_reduce returned although its peer was dead"
+    assert "hccl" in survivor["error"] and "emulated npu" in survivor["error"], survivor
+    assert survivor["seconds"] < 60, survivor

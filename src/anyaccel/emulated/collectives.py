@@ -25,16 +25,16 @@ def _backend_module() -> Any:
     return HostViewBackendBuilder().load()
 
 
-def _host_backend(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
+def _host_backend(store: Any, rank: int, size: int, timeout: timedelta, label: str) -> Any:
     """The CPU ``Backend`` that runs the collectives: an ``anyaccel_shm`` group's.
 
     Its shared-memory kernels where the ranks share a node, its gloo group for the rest (and
-    for every collective when they do not).
+    for every collective when they do not). Its errors name ``label``, the user's backend.
     """
     from anyaccel.distributed.shm.backend import ShmProcessGroup
     from anyaccel.ops.cpu.shm_c10d_backend import ShmC10dBackendBuilder
 
-    group = ShmProcessGroup(store, rank, size, timeout)
+    group = ShmProcessGroup(store, rank, size, timeout, label=label)
     return ShmC10dBackendBuilder().load().ShmBackend(rank, size, group, group.gloo)
 
 
@@ -49,7 +49,8 @@ def create_backend(
 
     try:
         module = _backend_module()
-        host = _host_backend(store, rank, size, timeout)
+        label = f"{name} (the emulated {device_type} device's backend, on anyaccel_shm)"
+        host = _host_backend(store, rank, size, timeout, label)
     except OpError as exc:
         raise DistributedSetupError(
             f"the {name!r} backend of the emulated {device_type!r} device needs anyaccel's "

@@ -105,9 +105,18 @@ class ShmProcessGroup(dist.ProcessGroup):
     """A process group over shared memory for CPU collectives, delegating the rest to gloo."""
 
     def __init__(
-        self, store: Any, rank: int, size: int, timeout: timedelta, spec_known: bool = True
+        self,
+        store: Any,
+        rank: int,
+        size: int,
+        timeout: timedelta,
+        spec_known: bool = True,
+        label: str = BACKEND_NAME,
     ) -> None:
+        """``label`` names the group in its errors: the backend the user chose, where this
+        group runs another backend's collectives (the emulated device's ``hccl``)."""
         super().__init__(rank, size)  # type: ignore[call-arg]  # the stubs list one form
+        self.label = label
         c10d: Any = dist  # torch's stubs declare neither PrefixStore's export nor gloo's methods
         self.gloo: Any = c10d.ProcessGroupGloo(
             c10d.PrefixStore(f"{BACKEND_NAME}/gloo/", store), rank, size, timeout
@@ -128,7 +137,7 @@ class ShmProcessGroup(dist.ProcessGroup):
         self.shm.ready = True
         self.spec_checked = spec_known  # else read back from torch at the first collective
         adopt(self, self.shm)  # anyaccel.distributed.all_reduce(group=this) shares the segment
-        announce_fallback(self.shm, rank, f"{BACKEND_NAME} runs every collective on gloo,")
+        announce_fallback(self.shm, rank, f"{label} runs every collective on gloo,")
 
     # -- set-up and status ------------------------------------------------------------------
     def _gather(self, outputs: list[torch.Tensor], tensor: torch.Tensor) -> None:
@@ -194,7 +203,7 @@ class ShmProcessGroup(dist.ProcessGroup):
         Also called by the C++ ``Backend`` (``shm_c10d_backend.cpp``) when a collective it runs
         itself fails.
         """
-        message = f"{BACKEND_NAME} {name} failed: {error}"
+        message = f"{self.label} {name} failed: {error}"
         if f"dtype #{FALLBACK_TAG} " in message:
             message += (
                 " (a rank announced that it runs this collective on gloo, because its "
@@ -248,7 +257,7 @@ class ShmProcessGroup(dist.ProcessGroup):
                 for rank, (kind, at) in enumerate(calls)
             )
             raise CollectiveError(
-                f"{BACKEND_NAME} {name}: the ranks called different collectives on gloo "
+                f"{self.label} {name}: the ranks called different collectives on gloo "
                 f"({seen}); every rank must call the same collective in the same order"
             )
 

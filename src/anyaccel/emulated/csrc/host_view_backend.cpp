@@ -16,6 +16,8 @@
 
 #include <ATen/core/ivalue.h>
 
+#include "ddp_timer.h"
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -383,4 +385,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                              "The CPU Backend that runs the collectives")
       .def_property_readonly("device_type", &anyaccel::HostViewBackend::device_type,
                              "The device type whose tensors it takes");
+  m.def("register_ddp_timer", &anyaccel::register_ddp_timer,
+        "Give DDP a timer for PrivateUse1 tensors (its runtime statistics); false if one was "
+        "registered already");
+  anyaccel::register_ddp_timer();
 }
