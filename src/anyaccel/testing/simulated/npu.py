@@ -10,7 +10,6 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from anyaccel.emulated.vendors.modules import emulated_module
 from anyaccel.testing.simulated.device_module import SimulatedDeviceModule
 from anyaccel.testing.simulated.patching import (
     AUTOLOAD_ENV,
@@ -88,6 +87,8 @@ def simulate_npu(
         profiler_name=None,
         host_register=("npurt", "npuHostRegister", "npuHostUnregister"),
     )
+    if emulated:  # imported here: that module builds on this package's device_module
+        from anyaccel.emulated.vendors.modules import emulated_module
     module = (
         emulated_module(SimulatedNpuModule, device_count, "torch_npu.npu", **sheet)
         if emulated

@@ -11,7 +11,6 @@ from typing import Any
 
 import torch
 
-from anyaccel.emulated.vendors.modules import emulated_module
 from anyaccel.testing.simulated.cuda import with_torch_amp
 from anyaccel.testing.simulated.device_module import SimulatedDeviceModule
 from anyaccel.testing.simulated.patching import Patch, installed, package_module
@@ -42,6 +41,8 @@ def _simulate_privateuse1(
         host_register=None,
     )
     name = f"{package}.{device_type}"
+    if emulated:  # imported here: that module builds on this package's device_module
+        from anyaccel.emulated.vendors.modules import emulated_module
     module = (
         emulated_module(SimulatedDeviceModule, device_count, name, **sheet)
         if emulated

@@ -100,3 +100,20 @@ def test_entering_another_simulation_is_refused_by_the_one_rule() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "REFUSED this process already installed the emulated device as" in done.stdout
     assert "torch names PrivateUse1 once per process" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["anyaccel.emulated.vendors.modules", "anyaccel.emulated.vendors.processes"],
+)
+def test_a_vendor_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
+    # it builds on anyaccel.testing.simulated, whose vendor modules import it back lazily
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    out = subprocess.run(
+        [sys.executable, "-c", f"import {module}, anyaccel.testing.simulated"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
