@@ -30,6 +30,7 @@ from anyaccel.errors import (
     AcceleratorUnavailableError,
     CpuFallbackWarning,
     InvalidAcceleratorError,
+    InvalidSettingError,
     UnknownAcceleratorError,
 )
 from anyaccel.forksafe import ForkSafeLock
@@ -215,6 +216,8 @@ def _probe(candidate: BackendCandidate, timeout: float | None) -> tuple[ProbeOut
     result = run_guarded(_what(candidate, "probe"), lambda: _checked_outcome(candidate), timeout)
     if result.ok and result.value is not None:
         return result.value, result.seconds
+    if candidate.is_builtin and isinstance(result.error, InvalidSettingError):
+        raise result.error  # a bad setting of ours is the user's to fix, not a broken runtime
     problem = f"{_what(candidate, 'probe')} {result.problem()}"
     if not candidate.is_builtin:
         _plugin_failed(candidate, PluginState.BROKEN, problem)
@@ -412,10 +415,11 @@ def get_accelerator() -> Accelerator:
     Raises :class:`~anyaccel.errors.UnknownAcceleratorError` if ``DS_ACCELERATOR`` names no
     registered backend and :class:`~anyaccel.errors.AcceleratorUnavailableError` if the one
     it names cannot run here (a failed detection is not cached);
-    :class:`~anyaccel.errors.ReentrantDetectionError` when called from code that runs inside
-    detection (a plugin's import, probe or constructor). Warns
-    :class:`~anyaccel.errors.CpuFallbackWarning` when detection falls back to the CPU and
-    ``anyaccel.plugins.PluginWarning`` for each plugin passed over. Safe from any thread:
+    :class:`~anyaccel.errors.InvalidSettingError` when a setting a built-in backend reads is
+    bad (``ANYACCEL_EMULATED='npu:two'``); :class:`~anyaccel.errors.ReentrantDetectionError`
+    when called from code that runs inside detection (a plugin's import, probe or constructor).
+    Warns :class:`~anyaccel.errors.CpuFallbackWarning` when detection falls back to the CPU
+    and ``anyaccel.plugins.PluginWarning`` for each plugin passed over. Safe from any thread:
     threads that ask while another detects wait for it and get the same object.
     """
     return _accelerator or _detect_once("get_accelerator")[0]  # one global read once detected
@@ -508,7 +512,12 @@ def set_accelerator(accel_obj: object) -> None:
 
 
 def reset_accelerator() -> None:
-    """Forget the cached accelerator so the next ``get_accelerator`` detects again (for tests)."""
+    """Forget the cached accelerator so the next ``get_accelerator`` detects again (for tests).
+
+    Detection then sees what this process has: emulated devices an ``install()`` made stay
+    installed (torch names PrivateUse1 once per process, and ``torch.accelerator`` reports
+    them), so they are chosen again unless ``DS_ACCELERATOR`` names another backend.
+    """
     global _accelerator, _choice
     refuse_reentry("reset_accelerator")
     with _lock:

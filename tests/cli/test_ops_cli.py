@@ -112,3 +112,54 @@ def test_is_listed_in_the_command_help() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "ops " in result.stdout and "op builders" in result.stdout
+
+
+def test_every_native_part_is_planned_by_name_under_any_accelerator() -> None:
+    # the emulated device and the host collectives live in no accelerator's op package
+    names = ("EmulatedDeviceBuilder", "HostViewBackendBuilder", "ShmBackendBuilder")
+    result = run_ops("--accelerator", "cuda", "--plan", *names)
+    assert result.returncode == 0, result.stderr
+    for op in ("emulated_device", "anyaccel_host_view_backend", "anyaccel_shm_backend"):
+        assert f"op: {op} (" in result.stdout
+
+
+def test_plan_all_names_every_builder_that_applies_and_why_one_does_not(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from anyaccel.cli import ops
+    from anyaccel.emulated import state
+
+    monkeypatch.setattr(state, "torch_version", lambda: (2, 4))  # too old for the emulated core
+    args = argparse.Namespace(accelerator="cpu", plan=["all"], build=[])
+    assert ops.run(args) == 0
+    out, err = capsys.readouterr()
+    planned = {line.split("(")[1].rstrip(")") for line in out.splitlines() if "op: " in line}
+    assert {"CPUAdamBuilder", "HostViewBackendBuilder", "ShmBackendBuilder"} <= planned
+    assert "EmulatedDeviceBuilder" not in planned and "FusedAdamBuilder" not in planned
+    assert "EmulatedDeviceBuilder: not built, it does not apply here: the emulated device " in err
+    assert "needs torch >= 2.13" in err
+
+
+@pytest.mark.slow
+def test_build_all_builds_every_native_part_by_name_for_a_ci_cache(extensions_dir: Path) -> None:
+    result = run_ops(
+        "--build", "all", env={"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(extensions_dir)}
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    built = {line.split(":")[0] for line in result.stdout.splitlines() if ": loaded from " in line}
+    assert built >= {
+        "CPUAdamBuilder",
+        "EmulatedDeviceBuilder",
+        "HostViewBackendBuilder",
+        "ShareMemCommBuilder",
+        "ShmBackendBuilder",
+    }
+    again = run_ops(
+        "--accelerator", "cpu", "--build", "EmulatedDeviceBuilder",
+        env={"TORCH_EXTENSIONS_DIR": str(extensions_dir)},
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.startswith("EmulatedDeviceBuilder: loaded from ")
+    assert "Building" not in again.stderr  # from the cache: nothing compiled again

@@ -76,6 +76,24 @@ def test_the_option_installs_the_devices_before_collection(user_session: pytest.
     )
 
 
+@needs_emulated_device
+def test_the_readme_reset_fixture_keeps_the_sessions_devices(user_session: pytest.Pytester) -> None:
+    user_session.makeconftest(
+        "import anyaccel, pytest\n"
+        "@pytest.fixture(autouse=True)\n"
+        "def fresh_accelerator(monkeypatch):\n"
+        "    monkeypatch.delenv('DS_ACCELERATOR', raising=False)\n"
+        "    anyaccel.reset_accelerator()\n"
+        "    yield\n"
+        "    anyaccel.reset_accelerator()\n"
+    )
+    result = user_session.runpytest_subprocess(
+        *PLUGIN, "-s", "--anyaccel-emulated=npu:2", timeout=600
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*ACCELERATOR npu:0 2 hccl npu:0*"])
+
+
 def test_without_it_the_cpu_hides_the_bug(
     user_session: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

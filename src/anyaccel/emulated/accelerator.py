@@ -46,7 +46,7 @@ NAME = "emulated"
 
 def probe() -> ProbeOutcome:
     """Available only when asked for: ``DS_ACCELERATOR=emulated`` (with valid settings), or
-    ``install()`` already made the devices in this process."""
+    ``install()`` made the devices in this process (``reset_accelerator()`` keeps them)."""
     installed = installed_spec()
     if forced_name() != NAME and installed is not None:
         return ProbeOutcome.found(
@@ -166,7 +166,9 @@ def install(
     allocation raises ``torch.OutOfMemoryError``. Idempotent for the same arguments. Raises
     ``ValueError`` for a bad argument and ``EmulatedDeviceError`` when torch is older than
     ``MINIMUM_TORCH``, when PrivateUse1 already belongs to another name in this process, or
-    when this process installed other arguments.
+    when this process installed other arguments. ``get_accelerator()`` then chooses these
+    devices in this process, after ``reset_accelerator()`` too (they stay installed), unless
+    ``DS_ACCELERATOR`` names another backend.
     """
     spec = EmulatedSpec(device_type, device_count, parse_capacity(memory_capacity))
     return EmulatedAccelerator(spec)

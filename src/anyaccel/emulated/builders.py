@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from anyaccel.emulated.spec import MAX_DEVICES
-from anyaccel.emulated.state import torch_problem
+from anyaccel.emulated.state import native_core_problem
 from anyaccel.ops.builder import Compatibility, OpBuilder
 from anyaccel.probe import torch_release
 
@@ -50,8 +50,9 @@ class EmulatedDeviceBuilder(OpBuilder):
         ]
 
     def platform_compatibility(self) -> Compatibility:
-        """Any platform torch builds extensions on, with torch at least ``MINIMUM_TORCH``."""
-        problem = torch_problem()
+        """Any platform torch builds extensions on, with torch at least ``MINIMUM_TORCH`` and
+        PrivateUse1 not taken by another runtime in this process."""
+        problem = native_core_problem()
         return Compatibility(problem is None, problem or "")
 
 

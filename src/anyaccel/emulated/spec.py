@@ -100,17 +100,34 @@ class EmulatedSpec:
 
 
 def spec_from_environment() -> EmulatedSpec:
-    """The spec in ``ANYACCEL_EMULATED`` (``emu:2`` when unset); raises ``InvalidSettingError``."""
+    """The spec in ``ANYACCEL_EMULATED`` (``emu:2`` when unset).
+
+    Raises ``InvalidSettingError`` naming the variable, its value, which part is wrong and why,
+    and the format.
+    """
     raw = os.environ.get(EMULATED_ENV, "").strip()
     if not raw:
         return EmulatedSpec()
-    parts = raw.split(":")
     try:
-        if len(parts) not in (2, 3) or not parts[1].strip().isdigit():
-            raise ValueError("it needs a type and a count")
-        capacity = parse_capacity(parts[2]) if len(parts) == 3 else None
-        return EmulatedSpec(parts[0].strip(), int(parts[1]), capacity)
+        return _parse_setting(raw)
     except ValueError as exc:
         raise InvalidSettingError(
-            f"{EMULATED_ENV}={raw!r} is not valid ({exc}); the format is {_FORMAT}"
+            f"{EMULATED_ENV}={raw!r} is not valid: {exc}; the format is {_FORMAT}"
         ) from exc
+
+
+def _parse_setting(raw: str) -> EmulatedSpec:
+    """``<type>:<count>[:<capacity>]`` as a spec; ``ValueError`` names the part that is wrong."""
+    parts = [part.strip() for part in raw.split(":")]
+    if len(parts) == 1:
+        raise ValueError(f"it names the type {parts[0]!r} but no count (add ':<count>')")
+    if len(parts) > 3:
+        raise ValueError(f"it has {len(parts)} ':'-separated parts, at most 3 are read")
+    device_type, count_text = parts[0], parts[1]
+    if not count_text.isdigit():
+        raise ValueError(
+            f"the count (second part) {count_text!r} is not a whole number of devices, "
+            f"1 to {MAX_DEVICES}"
+        )
+    capacity = parse_capacity(parts[2]) if len(parts) == 3 else None
+    return EmulatedSpec(device_type, int(count_text), capacity)

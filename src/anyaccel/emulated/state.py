@@ -13,6 +13,7 @@ from types import ModuleType
 from anyaccel.emulated.spec import EmulatedSpec
 from anyaccel.errors import AcceleratorError
 from anyaccel.probe import FORCE_ENV, torch_release
+from anyaccel.settings import AUTOLOAD_ENV
 
 __all__ = [
     "MINIMUM_TORCH",
@@ -20,6 +21,7 @@ __all__ = [
     "check_installable",
     "installed_spec",
     "native",
+    "native_core_problem",
     "record_installed",
     "record_native",
     "torch_problem",
@@ -94,6 +96,24 @@ def _privateuse1_problem(device_type: str) -> str | None:
             f"device cannot take the name {device_type!r}; choose another device_type"
         )
     return None
+
+
+def native_core_problem() -> str | None:
+    """Why the native core cannot load in this process (an old torch, or PrivateUse1 taken by
+    another runtime's package), or ``None``."""
+    problem = torch_problem()
+    if problem is not None or _installed is not None:
+        return problem
+    import torch
+
+    current = torch._C._get_privateuse1_backend_name()
+    if current == "privateuseone":
+        return None
+    return (
+        f"torch's PrivateUse1 device belongs to {current!r} in this process (its runtime is "
+        "loaded), so the emulated device's core cannot register there; build it in a process "
+        f"without {current!r}'s runtime ({AUTOLOAD_ENV}=0)"
+    )
 
 
 def check_installable(spec: EmulatedSpec) -> bool:

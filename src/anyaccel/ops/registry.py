@@ -37,6 +37,11 @@ BUILTIN_PACKAGES: dict[str, str] = {
 #: Accelerators anyaccel does not know get the host (CPU) ops, which run beside any device.
 HOST_PACKAGE = "anyaccel.ops.cpu"
 
+#: Where the native parts that run beside any accelerator live: the host package (optimizers,
+#: shared-memory collectives) and the emulated device's module. ``anyaccel ops --build NAME``
+#: finds them under every accelerator, and ``--build all`` builds those that apply here.
+HOST_NATIVE_PACKAGES: tuple[str, ...] = (HOST_PACKAGE, "anyaccel.emulated.builders")
+
 #: Every op builder DeepSpeed 0.19.8 ships, class name -> op name. Under our accelerator
 #: DeepSpeed's ``ALL_OPS`` and ``__compatible_ops__`` hold each of these op names, with
 #: ``is_compatible()`` true only where anyaccel can build the op here.
@@ -129,9 +134,31 @@ def backends_providing(class_name: str) -> list[str]:
 def known_builder_names(extra_package: str | None = None) -> list[str]:
     """Every builder class name any built-in package (or ``extra_package``) defines, sorted."""
     names: set[str] = set()
-    for package in {*BUILTIN_PACKAGES.values(), *([extra_package] if extra_package else [])}:
+    packages = {*BUILTIN_PACKAGES.values(), *HOST_NATIVE_PACKAGES}
+    for package in {*packages, *([extra_package] if extra_package else [])}:
         names.update(builders_in_package(package))
     return sorted(names)
+
+
+def buildable_builder_class(package: str, class_name: str, accelerator_name: str) -> type | None:
+    """``find_builder_class``, where a native part of the host (``HOST_NATIVE_PACKAGES``) is found
+    under any accelerator: it is built here whatever the accelerator's own package holds."""
+    found = find_builder_class(package, class_name, accelerator_name)
+    if found is None or issubclass(found, UnavailableOpBuilder):
+        for host in HOST_NATIVE_PACKAGES:
+            native = builders_in_package(host).get(class_name)
+            if native is not None:
+                return native
+    return found
+
+
+def every_builder(package: str) -> dict[str, type[OpBuilder]]:
+    """Every builder ``package`` and ``HOST_NATIVE_PACKAGES`` define, by class name (sorted)."""
+    found: dict[str, type[OpBuilder]] = {}
+    for source in (package, *HOST_NATIVE_PACKAGES):
+        for name, builder in builders_in_package(source).items():
+            found.setdefault(name, builder)
+    return dict(sorted(found.items()))
 
 
 def find_builder_class(package: str, class_name: str, accelerator_name: str) -> type | None:

@@ -161,3 +161,34 @@ def test_after_install_get_accelerator_chooses_the_emulated_accelerator() -> Non
         """
     )
     assert out.split() == ["EmulatedAccelerator", "emuccl"]
+
+
+def test_a_bad_count_is_a_bad_setting_naming_the_count_not_a_broken_runtime() -> None:
+    done = run_python(
+        "import anyaccel; anyaccel.get_accelerator()",
+        {"DS_ACCELERATOR": "emulated", "ANYACCEL_EMULATED": "npu:two"},
+    )
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("anyaccel.errors.InvalidSettingError: ANYACCEL_EMULATED='npu:two'")
+    assert "the count (second part) 'two' is not a whole number of devices, 1 to 64" in last
+    assert "installed but broken" not in done.stderr
+    assert "runtime installation" not in done.stderr
+
+
+def test_reset_accelerator_keeps_installed_devices_unless_another_backend_is_named() -> None:
+    out = _run(
+        """
+        import os, torch, anyaccel
+        from anyaccel.testing.emulated import install
+        first = install("emu", 2)
+        anyaccel.reset_accelerator()
+        again = anyaccel.get_accelerator()
+        os.environ["DS_ACCELERATOR"] = "cpu"
+        anyaccel.reset_accelerator()
+        named = anyaccel.get_accelerator()._name
+        print(type(again).__name__, again is first, again.spec == first.spec, named,
+              torch.ones(1, device="emu:1").device)
+        """
+    )
+    assert out.split()[-5:] == ["EmulatedAccelerator", "False", "True", "cpu", "emu:1"]

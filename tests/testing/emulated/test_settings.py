@@ -60,3 +60,23 @@ def test_a_bad_environment_spec_names_variable_value_and_format(
         spec_from_environment()
     assert f"{EMULATED_ENV}={bad!r} is not valid" in str(raised.value)
     assert "<type>:<count>[:<capacity>]" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("bad", "part"),
+    [
+        ("npu:two", "the count (second part) 'two' is not a whole number of devices, 1 to 64"),
+        ("npu", "it names the type 'npu' but no count"),
+        ("npu:2:8GiB:x", "it has 4 ':'-separated parts, at most 3 are read"),
+        ("Npu:2", "device type 'Npu' is not a valid name"),
+        ("npu:2:lots", "memory capacity 'lots' is not a size"),
+        ("npu:99", "device count 99 must be an int from 1 to 64"),
+    ],
+)
+def test_a_bad_environment_spec_says_which_part_is_wrong(
+    monkeypatch: pytest.MonkeyPatch, bad: str, part: str
+) -> None:
+    monkeypatch.setenv(EMULATED_ENV, bad)
+    with pytest.raises(InvalidSettingError) as raised:
+        spec_from_environment()
+    assert f"{EMULATED_ENV}={bad!r} is not valid: {part}" in str(raised.value)
