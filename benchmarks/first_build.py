@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: (job, the builders it needs, the goal in seconds or None).
 JOBS: tuple[tuple[str, tuple[str, ...], float | None], ...] = (
-    ("CPU DDP job (anyaccel_shm)", ("ShareMemCommBuilder", "ShmBackendBuilder"), 30.0),
+    ("CPU DDP job (anyaccel_shm)", ("ShmCommBuilder", "ShmC10dBackendBuilder"), 30.0),
     ("emulated device core", ("EmulatedDeviceBuilder",), 45.0),
     ("emulated collectives", ("HostViewBackendBuilder",), None),
     ("CPU Adam/Adagrad/Lion", ("CPUAdamBuilder",), None),

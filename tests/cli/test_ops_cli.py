@@ -116,10 +116,10 @@ def test_is_listed_in_the_command_help() -> None:
 
 def test_every_native_part_is_planned_by_name_under_any_accelerator() -> None:
     # the emulated device and the host collectives live in no accelerator's op package
-    names = ("EmulatedDeviceBuilder", "HostViewBackendBuilder", "ShmBackendBuilder")
+    names = ("EmulatedDeviceBuilder", "HostViewBackendBuilder", "ShmC10dBackendBuilder")
     result = run_ops("--accelerator", "cuda", "--plan", *names)
     assert result.returncode == 0, result.stderr
-    for op in ("emulated_device", "anyaccel_host_view_backend", "anyaccel_shm_backend"):
+    for op in ("emulated_device", "anyaccel_host_view_backend", "anyaccel_shm_c10d_backend"):
         assert f"op: {op} (" in result.stdout
 
 
@@ -131,12 +131,12 @@ def test_plan_all_names_every_builder_that_applies_and_why_one_does_not(
     from anyaccel.cli import ops
     from anyaccel.emulated import state
 
-    monkeypatch.setattr(state, "torch_version", lambda: (2, 4))  # too old for the emulated core
+    monkeypatch.setattr(state, "torch_release", lambda: (2, 4))  # too old for the emulated core
     args = argparse.Namespace(accelerator="cpu", plan=["all"], build=[])
     assert ops.run(args) == 0
     out, err = capsys.readouterr()
     planned = {line.split("(")[1].rstrip(")") for line in out.splitlines() if "op: " in line}
-    assert {"CPUAdamBuilder", "HostViewBackendBuilder", "ShmBackendBuilder"} <= planned
+    assert {"CPUAdamBuilder", "HostViewBackendBuilder", "ShmC10dBackendBuilder"} <= planned
     assert "EmulatedDeviceBuilder" not in planned and "FusedAdamBuilder" not in planned
     assert "EmulatedDeviceBuilder: not built, it does not apply here: the emulated device " in err
     assert "needs torch >= 2.13" in err
@@ -153,8 +153,8 @@ def test_build_all_builds_every_native_part_by_name_for_a_ci_cache(extensions_di
         "CPUAdamBuilder",
         "EmulatedDeviceBuilder",
         "HostViewBackendBuilder",
-        "ShareMemCommBuilder",
-        "ShmBackendBuilder",
+        "ShmCommBuilder",
+        "ShmC10dBackendBuilder",
     }
     again = run_ops(
         "--accelerator", "cpu", "--build", "EmulatedDeviceBuilder",
