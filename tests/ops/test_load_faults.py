@@ -157,7 +157,7 @@ def test_extensions_dir_that_is_a_file_is_an_op_error_naming_path_and_fix(
     message = str(caught.value)
     assert f"TORCH_EXTENSIONS_DIR={not_a_dir}" in message
     assert f"{not_a_dir} is a file, not a directory" in message
-    assert "point TORCH_EXTENSIONS_DIR at a writable directory" in message
+    assert "Point TORCH_EXTENSIONS_DIR at a writable directory" in message
     assert caught.value.path == str(not_a_dir)
 
 
