@@ -25,7 +25,7 @@ FRAMEWORKS = ("accelerate", "transformers", "torch.distributed", "torch._C._dist
 PRIVATE_MODULES = {"torch._C._distributed_c10d": "_distributed_c10d"}
 #: (module path under src/anyaccel, private name) -> why the hook exists.
 HOOKS: dict[tuple[str, str], str] = {
-    ("integrations/accelerate.py", "_shared_state"): (
+    ("integrations/accelerate/installing.py", "_shared_state"): (
         "accelerate has no public test for an existing PartialState; falls back to "
         "accelerate.state.is_initialized()"
     ),

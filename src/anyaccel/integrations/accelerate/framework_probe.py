@@ -176,6 +176,9 @@ def _load_runtime(runtime: dict[str, Any]) -> None:
 def main() -> None:
     warnings.simplefilter("ignore")
     request = json.loads(sys.argv[1])
+    # the asker's import path (a script's folder, entries added at run time, a test runner's
+    # pythonpath): the frameworks asked are the ones it would import, not another install
+    sys.path[:] = request.get("sys_path", sys.path)
     _load_runtime(request.get("runtime", {}))
     for scenario in request["scenarios"]:  # imported once, before the forks share them
         if {"accelerate", "fp16", "device_map"} & set(scenario["ask"]):
