@@ -135,7 +135,7 @@ def _device_runtime() -> dict[str, Any]:
         root = Path(origin).parents[depth - (0 if origin.endswith("__init__.py") else 1)]
         runtime["import"] = {"module": ".".join(parts[:depth]), "path": str(root)}
         break
-    from anyaccel.ops.emulated.core import installed_spec
+    from anyaccel.ops.emulated.runtime import installed_spec
 
     spec = installed_spec()
     if spec is not None and spec.device_type == name:

@@ -158,10 +158,9 @@ def _load_runtime(runtime: dict[str, Any]) -> None:
 
     emulated = runtime.get("emulated")
     if emulated:
-        from anyaccel.ops.emulated.runtime import install
-        from anyaccel.ops.emulated.settings import EmulatedSpec
+        from anyaccel.testing.emulated import install  # the documented door
 
-        install(EmulatedSpec(**emulated))
+        install(emulated["device_type"], emulated["device_count"], emulated["memory_capacity"])
     found = runtime.get("import")
     if found:
         if found["path"] not in sys.path:
