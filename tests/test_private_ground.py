@@ -33,7 +33,7 @@ FRAMEWORKS = (
 PRIVATE_MODULES = {"torch._C._distributed_c10d": "_distributed_c10d"}
 #: (module path under src/anyaccel, private name) -> why the hook exists.
 HOOKS: dict[tuple[str, str], str] = {
-    ("integrations/accelerate.py", "_shared_state"): (
+    ("integrations/accelerate/installing.py", "_shared_state"): (
         "accelerate has no public test for an existing PartialState; falls back to "
         "accelerate.state.is_initialized()"
     ),
@@ -73,7 +73,7 @@ HOOKS: dict[tuple[str, str], str] = {
     ("emulated/torch_module.py", "_C._get_privateuse1_backend_name"): (
         "the device type torch.<type>'s functions answer for (the name PrivateUse1 holds)"
     ),
-    ("integrations/framework_probe.py", "_C._get_privateuse1_backend_name"): (
+    ("integrations/accelerate/framework_probe.py", "_C._get_privateuse1_backend_name"): (
         "whether the child process asking accelerate already has the parent's PrivateUse1 "
         "device, before it renames PrivateUse1 so the device string parses"
     ),

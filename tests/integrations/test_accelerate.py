@@ -499,6 +499,41 @@ def test_explain_under_torchrun_shows_accelerate_alone_runs_one_process(
     assert not PartialState._shared_state  # explain() builds no state
 
 
+_SHADOW_ACCELERATE = """
+__version__ = "1.15.0"
+
+
+class _Type:
+    name = "NO"
+
+
+class _State:
+    device, distributed_type, backend = "shadow:0", _Type(), None
+
+
+class Accelerator:
+    state = _State()
+"""
+
+
+def test_the_child_asks_the_accelerate_this_process_imports(tmp_path: Path) -> None:
+    # an accelerate put first on sys.path at run time (not in PYTHONPATH): the child that
+    # install() and explain() ask must import that one, as this process would
+    (tmp_path / "accelerate").mkdir()
+    (tmp_path / "accelerate" / "__init__.py").write_text(_SHADOW_ACCELERATE)
+    script = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from anyaccel.integrations.accelerate import Scenario, ask_frameworks\n"
+        "asked = Scenario('which', ('accelerate',))\n"
+        "print(ask_frameworks((asked,))['which']['accelerate'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=_env(), capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "'device': 'shadow:0'" in done.stdout.strip().splitlines()[-1], done.stdout
+
+
 @pytest.mark.parametrize(
     ("environ", "size"),
     [({}, 1), ({"WORLD_SIZE": "4"}, 4), ({"PMI_SIZE": "3"}, 3), ({"WORLD_SIZE": "x"}, 1)],

@@ -535,18 +535,42 @@ def test_unsupported_precision_is_refused_for_trainer_and_fabric(
 
     from anyaccel.backends.cpu import CpuAccelerator
 
-    # A CPU without float16 kernels (whether this host has AVX512-FP16 or not).
+    # A CPU without bfloat16 or float16 kernels: neither half type, whatever this host has.
     monkeypatch.setattr(CpuAccelerator, "is_fp16_supported", lambda self: False)
-    assert not anyaccel.get_accelerator().is_fp16_supported()
+    monkeypatch.setattr(CpuAccelerator, "is_bf16_supported", lambda self: False)
+    assert not anyaccel.get_accelerator().is_bf16_supported()
     for build in (
-        lambda: L.Trainer(accelerator="anyaccel", precision="16-mixed", logger=False),
-        lambda: L.Fabric(accelerator="anyaccel", precision="16-mixed"),
+        lambda: L.Trainer(accelerator="anyaccel", precision="bf16-mixed", logger=False),
+        lambda: L.Fabric(accelerator="anyaccel", precision="bf16-mixed"),
     ):
         with pytest.raises(
             integration.LightningSetupError,
-            match=r"'16-mixed' is not supported.*Use precision='bf16-mixed' \(what anyaccel",
+            match=r"'bf16-mixed' is not supported.*Use precision='32-true' \(the device",
         ):
             build()
+
+
+def test_16_mixed_on_the_cpu_runs_bf16_mixed_with_lightnings_warning_as_stock_lightning(
+    integration: Any,
+) -> None:
+    import lightning as L
+
+    stock = L.Trainer(accelerator="cpu", precision="16-mixed", logger=False)
+    with pytest.warns(UserWarning, match=r"fp16 is not supported on CPU\. Using `precision='bf16"):
+        trainer = L.Trainer(accelerator="anyaccel", precision="16-mixed", logger=False)
+    with pytest.warns(UserWarning, match=r"Fabric\(accelerator='anyaccel', precision='16-mixed'"):
+        fabric = L.Fabric(accelerator="anyaccel", precision="16-mixed")
+    with pytest.warns(UserWarning, match="Using `precision='bf16-mixed'` instead"):
+        kwargs = integration.trainer_kwargs(precision="16-mixed")
+    plugins = {
+        "stock": stock.precision_plugin,
+        "trainer": trainer.precision_plugin,
+        "fabric": fabric._precision,
+        "trainer_kwargs": kwargs["plugins"][0],
+    }
+    for name, plugin in plugins.items():  # bf16 autocast on the CPU, no GradScaler
+        assert (plugin.precision, plugin.device, plugin.scaler) == ("bf16-mixed", "cpu", None), name
+    assert trainer.precision == stock.precision == "bf16-mixed"
 
 
 @pytest.mark.parametrize("argument", ["cpu", object()])
@@ -868,7 +892,7 @@ def test_trainer_kwargs_on_a_bound_accelerator_uses_its_devices_and_backend(
         ({"package": "lightning_v3"}, ["package='lightning_v3'", "'pytorch_lightning'"]),
         ({"num_nodes": 0}, ["num_nodes=0"]),
         ({"devices": 0}, ["devices=0", "process count"]),
-        ({"strategy": "auto", "precision": "16-mixed"}, ["'16-mixed' is not supported"]),
+        ({"strategy": "auto", "precision": "bf16-mixed"}, ["'bf16-mixed' is not supported"]),
     ],
 )
 def test_trainer_kwargs_refuses_what_it_cannot_build(
@@ -877,6 +901,7 @@ def test_trainer_kwargs_refuses_what_it_cannot_build(
     from anyaccel.backends.cpu import CpuAccelerator
 
     monkeypatch.setattr(CpuAccelerator, "is_fp16_supported", lambda self: False)
+    monkeypatch.setattr(CpuAccelerator, "is_bf16_supported", lambda self: False)
     with pytest.raises(integration.LightningSetupError) as caught:
         integration.trainer_kwargs(**arguments)
     for word in words:

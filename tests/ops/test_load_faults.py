@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import subprocess
+import sys
+import tempfile
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -154,7 +157,7 @@ def test_extensions_dir_that_is_a_file_is_an_op_error_naming_path_and_fix(
     message = str(caught.value)
     assert f"TORCH_EXTENSIONS_DIR={not_a_dir}" in message
     assert f"{not_a_dir} is a file, not a directory" in message
-    assert "point TORCH_EXTENSIONS_DIR at a writable directory" in message
+    assert "Point TORCH_EXTENSIONS_DIR at a writable directory" in message
     assert caught.value.path == str(not_a_dir)
 
 
@@ -197,9 +200,146 @@ def test_read_only_cache_with_a_good_build_still_loads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     CPUAdamBuilder().load()  # the session cache holds it
-    monkeypatch.setattr(cache, "usable_build_directory", lambda plan: pytest.fail("tried to write"))
+    monkeypatch.setattr(cache, "usable_build_directory", lambda *_: pytest.fail("tried to write"))
     builder_module._loaded.clear()
     assert CPUAdamBuilder().load().simd_level()
+
+
+#: Loads the small op as root, then in a forked child as uid 65534 (another user, torch
+#: already loaded); prints each answer or the error.
+LOAD_AS_ROOT_AND_NOBODY = (
+    SMALL_BUILDER
+    + """
+    import os
+    from anyaccel.ops import builder
+    from anyaccel.ops.errors import OpError
+
+    def load(who):
+        builder._loaded.clear()
+        try:
+            print(who, SmallBuilder().load().answer(), flush=True)
+        except OpError as error:
+            print(who, type(error).__name__, error, flush=True)
+
+    load("root")
+    pid = os.fork()
+    if pid == 0:
+        os.setgroups([])
+        os.setresgid(65534, 65534, 65534)
+        os.setresuid(65534, 65534, 65534)
+        load("nobody")
+        os._exit(0)
+    os.waitpid(pid, 0)
+"""
+)
+
+
+@pytest.fixture
+def world_readable_copy(small_op_cache: tuple[Path, Path, str]) -> Iterator[dict[str, str]]:
+    """The small op's sources and finished cache, copied (modes kept) under a 0755 folder in /tmp.
+
+    As a container image or a shared software tree has it: built by root, read by all.
+    """
+    source_dir, cache_dir, _ = small_op_cache
+    top = Path(tempfile.mkdtemp(prefix="anyaccel-readonly-", dir="/tmp"))
+    try:
+        top.chmod(0o755)
+        shutil.copytree(source_dir, top / "src")
+        (top / "src").chmod(0o755)
+        shutil.copytree(cache_dir, top / "cache")
+        yield {"SOURCE_DIR": str(top / "src"), "TORCH_EXTENSIONS_DIR": str(top / "cache")}
+    finally:
+        shutil.rmtree(top)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting read-only and becoming uid 65534 need root")
+def test_a_cache_root_built_loads_for_every_user_from_a_read_only_mount(
+    world_readable_copy: dict[str, str],
+) -> None:
+    # a real read-only file system: a read-only bind mount in a private mount namespace (root
+    # writes through permission bits, never through a read-only mount)
+    cache_dir = world_readable_copy["TORCH_EXTENSIONS_DIR"]
+    (build_dir,) = Path(cache_dir).glob("anyaccel_fault_small_*")
+    assert stat.S_IMODE(build_dir.stat().st_mode) & 0o055 == 0o055  # others may read, not write
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    mount = f"mount --bind {cache_dir} {cache_dir} && mount -o remount,bind,ro {cache_dir}"
+    probe = f"{mount} && ! touch {cache_dir}/written 2>/dev/null"
+    if (
+        shutil.which("unshare") is None
+        or subprocess.run(["unshare", "-m", "sh", "-c", probe], capture_output=True).returncode
+    ):
+        pytest.skip("no private mount namespace here (unshare -m and mount need CAP_SYS_ADMIN)")
+    script = textwrap.dedent(LOAD_AS_ROOT_AND_NOBODY)
+    result = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            f'{mount} && PATH=/nonexistent exec "$0" -c "$1"',
+            sys.executable,
+            script,
+        ],
+        env={**os.environ, **world_readable_copy, "PYTHONPATH": src},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    # no compiler on PATH either: both loaded the build, neither tried to make one
+    assert result.stdout.split("\n")[:2] == ["root 42", "nobody 42"], result.stdout
+    assert not (Path(cache_dir) / "written").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="becoming uid 65534 needs root")
+def test_a_build_another_user_cannot_read_is_named_when_it_cannot_be_rebuilt(
+    world_readable_copy: dict[str, str],
+) -> None:
+    # a cache built by root before build directories were made readable (0700): uid 65534
+    # cannot open it, nor build beside it; the error says what is there, not only "not writable"
+    cache_dir = Path(world_readable_copy["TORCH_EXTENSIONS_DIR"])
+    (build_dir,) = cache_dir.glob("anyaccel_fault_small_*")
+    build_dir.chmod(0o700)
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(LOAD_AS_ROOT_AND_NOBODY)],
+        env={**os.environ, **world_readable_copy, "PYTHONPATH": src},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    root, nobody = result.stdout.splitlines()[:2]
+    assert root == "root 42"
+    assert nobody.startswith("nobody ExtensionsDirError cannot build op 'fault_small'")
+    assert f"a build directory {build_dir} this user cannot open" in nobody
+    assert "Permission denied" in nobody and "must let others read it" in nobody
+
+
+def test_a_corrupt_build_record_without_a_compiler_names_the_build_and_the_remedy(
+    small_op_cache: tuple[Path, Path, str], tmp_path: Path, run_python: RunPython
+) -> None:
+    source_dir, cache_dir, _ = small_op_cache
+    shutil.copytree(cache_dir, tmp_path / "cache")
+    (stamp,) = (tmp_path / "cache").glob("anyaccel_fault_small_*/anyaccel-build.json")
+    stamp.write_text('{"key": "3f2a')  # cut short
+    env = {"SOURCE_DIR": str(source_dir), "TORCH_EXTENSIONS_DIR": str(tmp_path / "cache")}
+    code = (
+        SMALL_BUILDER
+        + """
+    from anyaccel.ops.errors import OpError
+    try:
+        SmallBuilder().load()
+    except OpError as error:
+        print(type(error).__name__, error)
+    """
+    )
+    result = run_python(code, env={**env, "PATH": "/nonexistent"})  # no ninja, no compiler
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    assert out.startswith("BuildToolMissingError cannot build op 'fault_small': ninja"), out
+    assert f"the cache holds a corrupt build record {stamp}" in out  # what was found
+    assert "anyaccel ops --build SmallBuilder" in out  # what to do
 
 
 def test_no_raw_os_error_escapes_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,6 +28,7 @@ from anyaccel.deepspeed_abc import (
     registered_abcs,
 )
 from anyaccel.errors import AcceleratorError, AnyaccelError
+from anyaccel.probe import FORCE_ENV
 
 if TYPE_CHECKING:
     from anyaccel.abstract import Accelerator
@@ -101,7 +102,7 @@ def install(accelerator: Accelerator | None = None) -> Accelerator:
     except ValueError as error:  # DeepSpeed's own detection, or its config checks
         raise DeepSpeedHandOverError(
             f"DeepSpeed failed to import with anyaccel's {accelerator._name!r} accelerator "
-            f"handed over: {error}. If it names DS_ACCELERATOR, something imported DeepSpeed "
+            f"handed over: {error}. If it names {FORCE_ENV}, something imported DeepSpeed "
             "in a way anyaccel could not see: call install() before anything imports it."
         ) from error
     finally:

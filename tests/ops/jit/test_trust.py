@@ -458,7 +458,10 @@ def test_open_home_gives_the_checked_directory_builds_go_in(tmp_path: Path) -> N
             assert (opened.st_dev, opened.st_ino) == (home.st_dev, home.st_ino)
         finally:
             os.close(fd)
-    assert stat.S_IMODE(private.stat().st_mode) == 0o700  # made missing, private
+    umask = os.umask(0)
+    os.umask(umask)
+    # made missing: only the owner writes, everyone reads (what root builds loads for all)
+    assert stat.S_IMODE(private.stat().st_mode) == 0o755 & ~umask
     assert stat.S_IMODE((shared / f"anyaccel-{os.geteuid()}").stat().st_mode) == 0o700
     with pytest.raises(FileNotFoundError):
         trust.open_home(tmp_path / "missing", create=False)

@@ -29,6 +29,7 @@ __all__ = [
     "default_device",
     "device_type",
     "is_host",
+    "lightning_mixed",
     "parse_indices",
     "parse_processes",
 ]
@@ -144,6 +145,28 @@ def parse_processes(devices: object) -> int:
 
 #: The mixed precisions anyaccel builds a plugin for.
 MixedName = Literal["16-mixed", "bf16-mixed"]
+
+
+def lightning_mixed(
+    precision: MixedName, accelerator: AnyaccelAccelerator, caller: str
+) -> MixedName:
+    """The mixed precision Lightning itself runs for a ``precision=`` flag on this device.
+
+    Stock Lightning on the CPU turns ``precision="16-mixed"`` into ``"bf16-mixed"`` with a
+    warning (fp16 AMP is not supported there); so does ``accelerator="anyaccel"`` on the CPU,
+    with the same warning on rank 0. ``caller`` is ``"Trainer"`` or ``"Fabric"``. An explicit
+    plugin object is left as given, as Lightning leaves it.
+    """
+    if precision != "16-mixed" or not is_host(accelerator):
+        return precision
+    from lightning_utilities.core.rank_zero import rank_zero_warn
+
+    rank_zero_warn(
+        f"You passed `{caller}(accelerator='{ACCELERATOR_NAME}', precision='16-mixed')` and "
+        "anyaccel's accelerator is the CPU, but AMP with fp16 is not supported on CPU. Using "
+        "`precision='bf16-mixed'` instead."
+    )
+    return "bf16-mixed"
 
 
 def checked_precision(precision: str, accelerator: AnyaccelAccelerator) -> str:

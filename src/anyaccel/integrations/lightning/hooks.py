@@ -24,7 +24,12 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from anyaccel.errors import AnyaccelWarning
-from anyaccel.integrations.lightning.choices import ACCELERATOR_NAME, STOCK_DDP, default_device
+from anyaccel.integrations.lightning.choices import (
+    ACCELERATOR_NAME,
+    STOCK_DDP,
+    default_device,
+    lightning_mixed,
+)
 from anyaccel.integrations.lightning.classes import (
     FLAVOURS,
     attribute_of,
@@ -264,7 +269,9 @@ def _check_and_init_precision(original: Callable[[Any], Any], connector: Any) ->
         return original(connector)
     if side.trainer:
         connector._validate_precision_choice()
-    return side.precision(flag, accelerator=connector.accelerator.anyaccel())
+    accelerator = connector.accelerator.anyaccel()
+    caller = "Trainer" if side.trainer else "Fabric"
+    return side.precision(lightning_mixed(flag, accelerator, caller), accelerator=accelerator)
 
 
 def _lazy_init_strategy(original: Callable[[Any], Any], connector: Any) -> Any:

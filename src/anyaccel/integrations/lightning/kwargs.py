@@ -15,7 +15,9 @@ from anyaccel.integrations.lightning.choices import (
     SINGLE_DEVICE,
     STOCK_DDP,
     STRATEGY_NAMES,
+    MixedName,
     checked_precision,
+    lightning_mixed,
 )
 from anyaccel.integrations.lightning.classes import FLAVOURS, check_placement
 from anyaccel.integrations.lightning.versions import PACKAGES, LightningSetupError
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["fabric_kwargs", "trainer_kwargs"]
 
 #: Lightning's short names for the mixed precisions.
-_MIXED = {
+_MIXED: dict[int | str, MixedName] = {
     16: "16-mixed",
     "16": "16-mixed",
     "16-mixed": "16-mixed",
@@ -105,6 +107,7 @@ def _kwargs(
     }
     mixed = _MIXED.get(precision) if isinstance(precision, (int, str)) else None
     if mixed is not None:
+        mixed = lightning_mixed(mixed, backend, "Fabric" if half else "Trainer")
         checked_precision(mixed, backend)
         result["plugins"] = [side.precision(mixed, accelerator=backend)]
     else:

@@ -15,6 +15,7 @@ import importlib
 import importlib.util
 
 from anyaccel.errors import AcceleratorError
+from anyaccel.integrations.supported_versions import installed_version, supports
 
 __all__ = [
     "PACKAGES",
@@ -52,15 +53,8 @@ def _extra_hint() -> str:
 
 def _checked_version(distribution: str, fix: str) -> str:
     """The installed version of ``distribution`` (also its module), within the supported range."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from packaging.specifiers import SpecifierSet
-
-    try:
-        found = version(distribution)
-    except PackageNotFoundError:  # a module shipped inside another distribution
-        found = str(getattr(importlib.import_module(distribution), "__version__", "0"))
-    if found not in SpecifierSet(SUPPORTED_LIGHTNING, prereleases=True):
+    found = installed_version(distribution) or "0"
+    if not supports(SUPPORTED_LIGHTNING, found):
         raise LightningUnavailableError(
             f"{distribution} {found} is installed, but anyaccel.integrations.lightning supports "
             f"{distribution}{SUPPORTED_LIGHTNING}. {fix}"

@@ -53,21 +53,33 @@ class _LibraryDoesNotLoad(OpError):
 
 
 class _NotCached(OpError):
-    """No finished build of the plan on disk (never leaves this module)."""
+    """No finished build of the plan on disk (never leaves this module).
+
+    ``found`` says what was there instead when that is worth telling the user (a build
+    directory this user cannot read, a build of other sources), else ``None``.
+    """
+
+    def __init__(self, reason: str, found: str | None = None) -> None:
+        super().__init__(reason)
+        self.found = found
 
 
 def load_or_build(plan: BuildPlan) -> ModuleType:
     """Import a finished build from disk, building it first (under a file lock) if needed.
 
-    A cached library that does not load (truncated by a full disk, a killed copy) or that
-    others could have changed is rebuilt once, with a warning; a read-only cache that holds a
-    good build still loads. Raises ``UntrustedCacheError`` where the cache could hold another
-    user's code (see ``anyaccel.ops.jit.trust``).
+    Loading needs only to read: a read-only cache (a container image's, a shared software
+    tree) that holds a good build loads it, whoever built it there, as long as the trust rule
+    holds. A cached library that does not load (truncated by a full disk, a killed copy) or
+    that others could have changed is rebuilt once, with a warning. When it cannot be rebuilt
+    (no compiler, a read-only cache) the error names what was found, why it cannot be rebuilt
+    and what to do. Raises ``UntrustedCacheError`` where the cache could hold another user's
+    code (see ``anyaccel.ops.jit.trust``).
     """
+    found: str | None = None  # what the cache held instead of a loadable build, if anything
     try:
         return import_cached(plan)
-    except _NotCached:
-        pass
+    except _NotCached as missing:
+        found = missing.found
     except _LibraryDoesNotLoad as failed:
         logger.warning(
             "cached op %r at %s does not load (%s); rebuilding it once",
@@ -79,17 +91,24 @@ def load_or_build(plan: BuildPlan) -> ModuleType:
         if problem is not None:
             raise OpLoadError(
                 f"cached op {plan.op_name!r} at {plan.library_path} does not load "
-                f"({failed.loader_message}) and cannot be rebuilt here: {problem}; "
-                f"or copy a good build into {plan.build_directory}",
+                f"({failed.loader_message}), and it cannot be rebuilt here: {problem}. Install "
+                f"the build tools, or copy a good build of this op into {plan.build_directory} "
+                f"(build it where the tools are with `anyaccel ops --build {plan.builder}`)",
                 library_path=plan.library_path,
                 loader_message=failed.loader_message,
             ) from failed
+        found = f"a build at {plan.library_path} that does not load ({failed.loader_message})"
     problem = toolchain_problem(plan.with_cuda)
     if problem is not None:
-        raise BuildToolMissingError(f"cannot build op {plan.op_name!r}: {problem}")
+        cached = f"; the cache holds {found}" if found else ""
+        raise BuildToolMissingError(
+            f"cannot build op {plan.op_name!r}: {problem}{cached}. Nothing usable is cached in "
+            f"{plan.build_directory}: install the build tools, or pre-build the op where they are "
+            f"(`anyaccel ops --build {plan.builder}`) into the same {EXTENSIONS_DIR_ENV}"
+        )
     lock = _inside(plan, LOCK_FILE)
     with (
-        usable_build_directory(plan) as build_fd,
+        usable_build_directory(plan, found) as build_fd,
         exclusive_file_lock(LOCK_FILE, dir_fd=build_fd, display=lock),
     ):
         reason = build_reason(plan)
@@ -133,8 +152,14 @@ def import_cached(plan: BuildPlan) -> ModuleType:
                 what="build directory",
                 create=False,
             )
-        except OSError as exc:
+        except FileNotFoundError as exc:
             raise _NotCached(str(exc)) from exc
+        except OSError as exc:  # there, but not for this user (another user's 0700 build)
+            found = (
+                f"a build directory {plan.build_directory} this user cannot open "
+                f"({exc.strerror or exc}; a cache made by another user must let others read it)"
+            )
+            raise _NotCached(str(exc), found) from exc
         with closing(build_fd):
             return import_extension(plan, build_fd)
 
@@ -161,9 +186,10 @@ def build_reason(plan: BuildPlan) -> str:
 
 
 @contextlib.contextmanager
-def usable_build_directory(plan: BuildPlan) -> Iterator[int]:
+def usable_build_directory(plan: BuildPlan, found: str | None = None) -> Iterator[int]:
     """A descriptor of ``plan``'s build directory, created and checked (``trust``) and proven
-    writable; else ``ExtensionsDirError`` (``UntrustedCacheError`` where it is not trusted).
+    writable; else ``ExtensionsDirError`` (``UntrustedCacheError`` where it is not trusted),
+    naming ``found`` (what the cache held instead of a loadable build) or the build looked for.
 
     Writability is tested by writing a file, not with ``os.access``, which says yes to root
     even on a read-only mount or in ``/proc``.
@@ -191,10 +217,18 @@ def usable_build_directory(plan: BuildPlan) -> Iterator[int]:
             if os.environ.get(EXTENSIONS_DIR_ENV)
             else f"the default cache {root}"
         )
+        cached = (
+            f"it holds {found}"
+            if found
+            else f"it holds no build of this op for this torch, compiler and flags (looked for "
+            f"{plan.extension_name}: pre-build it with `anyaccel ops --build {plan.builder}` "
+            f"where it runs)"
+        )
         raise ExtensionsDirError(
             f"cannot build op {plan.op_name!r}: {where} is not a writable directory "
-            f"({_why_unusable(Path(plan.build_directory), exc)}); point {EXTENSIONS_DIR_ENV} at a "
-            f"writable directory, e.g. `export {EXTENSIONS_DIR_ENV}=$HOME/.cache/torch_extensions`",
+            f"({_why_unusable(Path(plan.build_directory), exc)}), and {cached}. Point "
+            f"{EXTENSIONS_DIR_ENV} at a writable directory, e.g. "
+            f"`export {EXTENSIONS_DIR_ENV}=$HOME/.cache/torch_extensions`",
             path=str(root),
         ) from exc
     with closing(build_fd):
@@ -244,12 +278,20 @@ def read_stamp(plan: BuildPlan, build_fd: int) -> dict[str, object]:
             STAMP_FILE, dir_fd=build_fd, display=_inside(plan, STAMP_FILE), what="build record"
         )
     except FileNotFoundError as exc:
-        raise _NotCached("no stamp") from exc
+        library = f"{plan.extension_name}.so"
+        unfinished = (
+            f"an unfinished build at {plan.build_directory} (a library but no {STAMP_FILE}: "
+            f"a build was interrupted)"
+            if os.path.lexists(os.path.join(plan.build_directory, library))
+            else None
+        )
+        raise _NotCached("no stamp", unfinished) from exc
     try:
         with os.fdopen(stamp_fd, "rb") as handle:
             recorded = json.loads(handle.read(STAMP_MAX_BYTES))
     except (OSError, ValueError) as exc:
-        raise _NotCached(f"unreadable stamp: {exc}") from exc
+        corrupt = f"a corrupt build record {_inside(plan, STAMP_FILE)} ({exc})"
+        raise _NotCached(f"unreadable stamp: {exc}", corrupt) from exc
     if not isinstance(recorded, dict) or recorded.get("key") != plan.key:
         raise _NotCached("the stamp is another build's")
     return recorded

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import subprocess
 from types import ModuleType
+from typing import Any
 
 from anyaccel.forksafe import ForkSafeLock
 from anyaccel.ops.errors import OpBuildError, OpLoadError
+from anyaccel.ops.jit.announce import logger
 from anyaccel.ops.jit.plan import LOG_FILE, BuildPlan
 from anyaccel.ops.jit.trust import descriptor_path
 
@@ -42,6 +45,33 @@ def first_error_lines(output: str, limit: int = 8) -> list[str]:
     return lines[-limit:]
 
 
+class _NoCudaRuntimeNote(logging.Filter):
+    """Drops torch's "No CUDA runtime is found, using CUDA_HOME=..." (logged at a WARNING when
+    ``torch.utils.cpp_extension`` is imported on a machine with a CUDA toolkit but no GPU).
+
+    It says nothing wrong: anyaccel's CPU ops never use CUDA_HOME, and a CUDA op compiles with
+    nvcc, which needs no GPU. It goes to anyaccel's logger at DEBUG instead.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("No CUDA runtime is found"):
+            logger.debug("torch: %s (no GPU here; building needs none)", record.getMessage())
+            return False
+        return True
+
+
+def cpp_extension_module() -> ModuleType:
+    """``torch.utils.cpp_extension``, imported without its alarming no-CUDA-runtime warning."""
+    torch_logger = logging.getLogger("torch.utils.cpp_extension")  # the one it logs through
+    note = _NoCudaRuntimeNote()
+    torch_logger.addFilter(note)
+    try:
+        from torch.utils import cpp_extension
+    finally:
+        torch_logger.removeFilter(note)
+    return cpp_extension
+
+
 def compile_extension(plan: BuildPlan, directory: str) -> ModuleType:
     """Run torch's ninja-based JIT build for ``plan`` in ``directory`` (its checked build
     directory, see ``workspace``); raise ``OpBuildError`` with the log.
@@ -49,7 +79,7 @@ def compile_extension(plan: BuildPlan, directory: str) -> ModuleType:
     The caller holds the build directory's file lock. A library that builds but does not load
     raises ``OpLoadError``.
     """
-    from torch.utils import cpp_extension
+    cpp_extension: Any = cpp_extension_module()
 
     # torch's own FileBaton lock is left behind by a killed build and would block forever;
     # we hold the directory's flock, so no live build owns it.

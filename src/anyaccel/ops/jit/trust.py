@@ -5,7 +5,9 @@ anyway); nothing used may be writable by group or others, and no symbolic link i
 inside the cache. Each directory and file is checked through the descriptor it is then used
 by (opened with ``O_NOFOLLOW``, checked with ``fstat``), so a swap between check and use cannot
 redirect it. A root that others may write (``/tmp``, a sticky cluster scratch) only holds a
-private directory per user, ``anyaccel-<uid>``, made mode 0700.
+private directory per user, ``anyaccel-<uid>``, made mode 0700; the other directories anyaccel
+makes are 0755 (less what the umask removes): readable by all, so that what root built loads
+for every user.
 """
 
 from __future__ import annotations
@@ -24,8 +26,13 @@ from anyaccel.ops.jit.plan import EXTENSIONS_DIR_ENV
 
 #: Permission bits that let someone other than the owner change a directory's entries or a file.
 WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
-#: The mode of every directory anyaccel makes in the cache.
+#: The mode of the running user's private directory in a root others may write, and of a
+#: directory of ours repaired because others could write it.
 PRIVATE_MODE = 0o700
+#: The mode of the other directories anyaccel makes for the cache (before the umask): only
+#: the owner writes, everyone may read, so a cache built by root (a container image's, a
+#: shared software tree) loads for every user; loading needs no write.
+READABLE_MODE = 0o755
 
 _NO_LINK = os.O_NOFOLLOW | os.O_CLOEXEC
 _OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | _NO_LINK
@@ -118,6 +125,7 @@ def open_home(root: Path, *, create: bool) -> int:
             display=root / private_directory_name(),
             what="private directory",
             create=create,
+            mode=PRIVATE_MODE,
         )
     finally:
         os.close(root_fd)
@@ -129,7 +137,7 @@ def check_path_to(root: Path, *, create: bool) -> None:
     Every directory above ``root``, as named and as resolved, must belong to the running user
     or root and, if others may write it, be sticky; every link on the way must be theirs too.
     Otherwise its owner could point the cache (and what is created for it) anywhere. Missing
-    directories are made one at a time (0700), each checked as soon as it exists.
+    directories are made one at a time (0755), each checked as soon as it exists.
     """
     absolute = Path(os.path.abspath(root))
     for prefix in [*reversed(absolute.parents), absolute]:
@@ -139,7 +147,7 @@ def check_path_to(root: Path, *, create: bool) -> None:
             if not create:
                 return
             with contextlib.suppress(FileExistsError):  # made meanwhile: checked below
-                os.mkdir(prefix, PRIVATE_MODE)
+                os.mkdir(prefix, READABLE_MODE)
             status = os.lstat(prefix)
         if prefix == absolute:
             break  # the root itself: checked through its descriptor by open_home
@@ -168,15 +176,24 @@ def _check_on_path(root: Path, prefix: Path, status: os.stat_result) -> None:
         )
 
 
-def open_directory(name: str, *, dir_fd: int, display: str | Path, what: str, create: bool) -> int:
-    """A descriptor of directory ``name`` in ``dir_fd`` (made 0700 if ``create``), never a link.
+def open_directory(
+    name: str,
+    *,
+    dir_fd: int,
+    display: str | Path,
+    what: str,
+    create: bool,
+    mode: int = READABLE_MODE,
+) -> int:
+    """A descriptor of directory ``name`` in ``dir_fd`` (made with ``mode`` if ``create``), never
+    a link.
 
     One of ours that others could write is made private (0700) with a warning; anything in it is
     then checked on use. Raises ``UntrustedCacheError`` for a link or another user's directory.
     """
     if create:
         with contextlib.suppress(FileExistsError):
-            os.mkdir(name, PRIVATE_MODE, dir_fd=dir_fd)
+            os.mkdir(name, mode, dir_fd=dir_fd)
     try:
         fd = os.open(name, _OPEN_DIRECTORY, dir_fd=dir_fd)
     except OSError as exc:

@@ -169,10 +169,9 @@ def _load_runtime(runtime: dict[str, Any]) -> None:
 
     emulated = runtime.get("emulated")
     if emulated:
-        from anyaccel.emulated.runtime import install
-        from anyaccel.emulated.spec import EmulatedSpec
+        from anyaccel.testing.emulated import install  # the documented door
 
-        install(EmulatedSpec(**emulated))
+        install(emulated["device_type"], emulated["device_count"], emulated["memory_capacity"])
     found = runtime.get("import")
     if found:
         if found["path"] not in sys.path:
@@ -187,6 +186,9 @@ def _load_runtime(runtime: dict[str, Any]) -> None:
 def main() -> None:
     warnings.simplefilter("ignore")
     request = json.loads(sys.argv[1])
+    # the asker's import path (a script's folder, entries added at run time, a test runner's
+    # pythonpath): the frameworks asked are the ones it would import, not another install
+    sys.path[:] = request.get("sys_path", sys.path)
     _load_runtime(request.get("runtime", {}))
     for scenario in request["scenarios"]:  # imported once, before the forks share them
         if {"accelerate", "fp16", "device_map"} & set(scenario["ask"]):
