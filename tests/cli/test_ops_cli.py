@@ -138,6 +138,7 @@ def test_plan_all_names_every_builder_that_applies_and_why_one_does_not(
     planned = {line.split("(")[1].rstrip(")") for line in out.splitlines() if "op: " in line}
     assert {"CPUAdamBuilder", "HostViewBackendBuilder", "ShmC10dBackendBuilder"} <= planned
     assert "EmulatedDeviceBuilder" not in planned and "FusedAdamBuilder" not in planned
+    assert "ShmBackendBuilder" not in planned  # an alias of ShmC10dBackendBuilder: listed once
     assert "EmulatedDeviceBuilder: not built, it does not apply here: the emulated device " in err
     assert "needs torch >= 2.13" in err
 
