@@ -130,7 +130,9 @@ class HostViewBackend : public Backend {
         device_name_(device_type),
         name_(std::move(name)),
         host_(std::move(host)),
-        node_(static_cast<int64_t>(std::hash<std::string>{}(node))) {}
+        node_(static_cast<int64_t>(std::hash<std::string>{}(node))),
+        // the host is one device that every rank shares (the class on CPU tensors, in tests)
+        placement_checked_(device_type_ == c10::DeviceType::CPU) {}
 
   const std::string getBackendName() const override { return name_; }
 
@@ -398,7 +400,7 @@ class HostViewBackend : public Backend {
   c10::intrusive_ptr<Backend> host_;
   int64_t node_;  // a hash of the node's identity (host, boot, launcher node)
   std::mutex placement_mutex_;
-  std::atomic<bool> placement_checked_{false};
+  std::atomic<bool> placement_checked_;
   std::mutex mutex_;
   bool coalescing_ = false;
   std::vector<WorkPtr> coalesced_;
