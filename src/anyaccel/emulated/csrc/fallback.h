@@ -3,6 +3,7 @@
 // Compiled through emulated_device.cpp.
 #pragma once
 
+#include "cpu_kernel_ops.h"
 #include "generator.h"
 #include "host_alias.h"
 
@@ -200,6 +201,7 @@ class DefaultGeneratorSwap {
 };
 
 void device_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  check_cpu_kernel_allowed(op);
   const c10::FunctionSchema& schema = op.schema();
   const size_t argument_count = schema.arguments().size();
   const size_t first = stack->size() - argument_count;
