@@ -441,3 +441,89 @@ def test_a_dead_rank_is_reported_under_the_backend_the_user_chose() -> None:
     assert survivor["error"], "the survivor's all_reduce returned although its peer was dead"
     assert "hccl" in survivor["error"] and "emulated npu" in survivor["error"], survivor
     assert survivor["seconds"] < 60, survivor
+
+
+#: DDP with every rank's model on one device (argv "shared") or on its own (argv "own").
+TWO_RANKS_ONE_DEVICE = textwrap.dedent(
+    """
+    import json, os, sys
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from anyaccel.testing.emulated import install
+    rank = int(os.environ["RANK"])
+    install("npu", 2)
+    dist.init_process_group("hccl", timeout=timedelta(seconds=60))
+    index = 0 if sys.argv[1] == "shared" else rank
+    error, losses = "", []
+    try:
+        model = torch.nn.parallel.DistributedDataParallel(
+            torch.nn.Linear(4, 1).to(f"npu:{index}"), device_ids=[index])
+        for _ in range(2):
+            loss = model(torch.ones(2, 4, device=f"npu:{index}")).sum()
+            loss.backward()
+            losses.append(loss.item())
+    except Exception as exc:
+        error = str(exc).splitlines()[0]
+    print(json.dumps({"error": error, "losses": len(losses)}), flush=True)
+    dist.destroy_process_group()
+    """
+)
+
+
+@multiprocess
+@needs_emulated_device
+def test_two_ranks_on_one_device_are_refused_on_every_rank_as_nccl_does() -> None:
+    for out in finish(start_ranks(TWO_RANKS_ONE_DEVICE, 2, "shared")):
+        result = json.loads(out.strip().splitlines()[-1])
+        assert "duplicate device detected: rank 1 and rank 0 both on npu:0" in result["error"]
+        assert "set_device(local_rank)" in result["error"]
+        assert result["losses"] == 0
+
+
+@multiprocess
+@needs_emulated_device
+def test_each_rank_on_a_device_of_its_own_trains() -> None:
+    for out in finish(start_ranks(TWO_RANKS_ONE_DEVICE, 2, "own")):
+        assert json.loads(out.strip().splitlines()[-1]) == {"error": "", "losses": 2}
+
+
+#: all_reduce of float32 on rank 0 and of the dtype argv names on rank 1.
+DTYPE_MISMATCH = textwrap.dedent(
+    """
+    import json, os, sys
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from anyaccel.testing.emulated import install
+    rank = int(os.environ["RANK"])
+    install("npu", 2)
+    dist.init_process_group("hccl", timeout=timedelta(seconds=60))
+    dtype = torch.float32 if rank == 0 else getattr(torch, sys.argv[1])
+    tensor = torch.ones(4, dtype=dtype, device=f"npu:{rank}")
+    error = ""
+    try:
+        dist.all_reduce(tensor)
+    except Exception as exc:
+        error = str(exc).splitlines()[0]
+    print(json.dumps({"error": error, "sum": tensor.cpu().tolist()}), flush=True)
+    dist.destroy_process_group()
+    """
+)
+
+
+@multiprocess
+@needs_emulated_device
+def test_a_dtype_mismatch_across_ranks_is_reported_as_one_naming_both() -> None:
+    for rank, out in enumerate(finish(start_ranks(DTYPE_MISMATCH, 2, "bfloat16"))):
+        error = json.loads(out.strip().splitlines()[-1])["error"]
+        mine, theirs = ("float32", "bfloat16") if rank == 0 else ("bfloat16", "float32")
+        assert (
+            f"dtype mismatch in all_reduce: rank {rank} passes {mine}, "
+            f"rank {1 - rank} passes {theirs}; every rank must pass the same dtype."
+        ) in error
+
+
+@multiprocess
+@needs_emulated_device
+def test_the_same_dtype_on_every_rank_reduces() -> None:
+    for out in finish(start_ranks(DTYPE_MISMATCH, 2, "float32")):
+        assert json.loads(out.strip().splitlines()[-1]) == {"error": "", "sum": [2.0] * 4}

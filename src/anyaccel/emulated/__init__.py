@@ -9,11 +9,13 @@ One package, one file per part (importing the package loads none of them):
   ``torch.<type>``; ``torch_module``: that ``torch.<type>`` module; ``inductor``: the clear
   refusal of torch.compile's inductor; ``shutdown``: the clean exit after backward.
 - ``builders`` and ``csrc/``: the native parts, the device (``emulated_device.cpp``, one
-  translation unit over one header per concern) and its c10d ``Backend``
+  translation unit over one header per concern; ``cpu_kernel_ops.h`` says which ops may run on
+  the CPU's kernels) and its c10d ``Backend``
   (``host_view_backend.cpp``).
 - ``collective_registration``: its collective backend name registered with torch;
   ``collectives``: the c10d ``Backend`` torch makes for a group (over ``anyaccel_shm``).
-- ``accelerator``: ``EmulatedAccelerator``, the backend detection chooses.
+- ``accelerator``: ``EmulatedAccelerator``, the backend detection chooses; its probe registers
+  ``checkpoints``' hint (a checkpoint saved on an emulated device, loaded where none is).
 - ``vendor_modules`` and ``vendor_processes``: simulated vendor runtimes (``torch_npu``, ...)
   whose device state is the emulated device's, for a test or a whole process.
 

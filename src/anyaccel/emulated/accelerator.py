@@ -17,6 +17,7 @@ from typing import Any
 
 from anyaccel.abstract import Accelerator
 from anyaccel.backends.torch_module import TorchModuleAccelerator
+from anyaccel.emulated.checkpoints import register_checkpoint_hint
 from anyaccel.emulated.spec import (
     DEFAULT_DEVICE_TYPE,
     EMULATED_ENV,
@@ -46,7 +47,11 @@ NAME = "emulated"
 
 def probe() -> ProbeOutcome:
     """Available only when asked for: ``DS_ACCELERATOR=emulated`` (with valid settings), or
-    ``install()`` made the devices in this process (``reset_accelerator()`` keeps them)."""
+    ``install()`` made the devices in this process (``reset_accelerator()`` keeps them).
+
+    Without them it registers :func:`~anyaccel.emulated.checkpoints.register_checkpoint_hint`
+    (cheap; torch is imported by the probes before this one).
+    """
     installed = installed_spec()
     if forced_name() != NAME and installed is not None:
         return ProbeOutcome.found(
@@ -55,6 +60,8 @@ def probe() -> ProbeOutcome:
             installed.device_count,
         )
     if forced_name() != NAME:
+        # no emulated device here: a checkpoint saved on one gets a load error naming the setting
+        register_checkpoint_hint()
         return ProbeOutcome.no_device(
             f"emulated devices are used only when asked for ({FORCE_ENV}={NAME})",
             f"Set {FORCE_ENV}={NAME} (and {EMULATED_ENV}=<type>:<count>[:<capacity>]) to run "

@@ -5,7 +5,8 @@ name) on every rank of a group that uses the emulated device's backend (``hccl``
 where it stands in for npu, ``emuccl`` otherwise). The ``Backend`` (``HostViewBackendBuilder``)
 runs each collective on CPU views of the device tensors through an ``anyaccel_shm`` group:
 shared-memory kernels for what they run, gloo for the rest, so results are gloo's. Like the real
-backend it takes the device's tensors only, and names a CPU tensor handed to it.
+backend it takes the device's tensors only, and names a CPU tensor handed to it; and, as NCCL
+does, it refuses two ranks of one node on one device at the group's first collective.
 """
 
 from __future__ import annotations
@@ -58,4 +59,7 @@ def create_backend(
             "compiler and ninja (`anyaccel ops --build HostViewBackendBuilder "
             "ShmC10dBackendBuilder` shows the build)"
         ) from exc
-    return module.HostViewBackend(rank, size, device_type, name, host)
+    from anyaccel.distributed.shm.group import node_identity
+
+    # the node tells the backend which ranks share devices (two ranks on one device: refused)
+    return module.HostViewBackend(rank, size, device_type, name, host, node_identity())

@@ -8,6 +8,8 @@ its message are ``state.check_installable``'s).
 
 from __future__ import annotations
 
+import os
+import re
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -27,8 +29,11 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "CPU_OPS_ENV",
     "MINIMUM_TORCH",
     "EmulatedDeviceError",
+    "allow_cpu_kernels",
+    "allowed_cpu_kernels",
     "device_tensor_from_host",
     "host_view",
     "install",
@@ -37,6 +42,40 @@ __all__ = [
 ]
 
 _lock = ForkSafeLock()
+
+#: Ops or namespaces (comma-separated: ``mylib``, ``mylib::op``, ``mylib::op.out``) whose CPU
+#: kernels the device may run besides torch's own (aten, prims) and torchvision's.
+CPU_OPS_ENV = "ANYACCEL_EMULATED_CPU_OPS"
+_OP_NAME = re.compile(r"^[A-Za-z_]\w*(::[A-Za-z_]\w*(\.\w+)?)?$")
+
+
+def _checked_op_names(names: list[str], source: str) -> list[str]:
+    """``names`` stripped, each a namespace or ``namespace::op[.overload]``, else refused."""
+    cleaned = [name.strip() for name in names if name.strip()]
+    for name in cleaned:
+        if not _OP_NAME.match(name):
+            raise EmulatedDeviceError(
+                f"{source}: {name!r} is not an op or a namespace; write 'mylib' (every op of "
+                "the namespace), 'mylib::op' or 'mylib::op.overload'"
+            )
+    return cleaned
+
+
+def allow_cpu_kernels(*names: str) -> None:
+    """Let the emulated device run these ops' CPU kernels (``"mylib"``, ``"mylib::op"``).
+
+    Without it an op that has no kernel for the device and is not torch's own (aten, prims)
+    or torchvision's fails with torch's ``NotImplementedError``, as on a GPU. For a vendor
+    bringing its ops up one at a time. Raises ``EmulatedDeviceError`` for a malformed name or
+    before ``install``.
+    """
+    native().allow_cpu_kernels(_checked_op_names(list(names), "allow_cpu_kernels"))
+
+
+def allowed_cpu_kernels() -> list[str]:
+    """The ops and namespaces allowed beyond torch's own and torchvision's, sorted."""
+    allowed: list[str] = native().allowed_cpu_kernels()
+    return allowed
 
 
 def install(spec: EmulatedSpec) -> ModuleType:
@@ -56,7 +95,9 @@ def install(spec: EmulatedSpec) -> ModuleType:
 
         loaded = EmulatedDeviceBuilder().load()
         capacity = -1 if spec.memory_capacity is None else int(spec.memory_capacity)
+        allowed = _checked_op_names(os.environ.get(CPU_OPS_ENV, "").split(","), CPU_OPS_ENV)
         loaded.configure(spec.device_count, capacity)
+        loaded.allow_cpu_kernels(allowed)
         record_native(loaded)
         module = _register_torch_names(spec)
         record_installed(spec)

@@ -9,16 +9,25 @@ in :mod:`anyaccel.emulated`; this is its documented door.
 from __future__ import annotations
 
 from anyaccel.emulated.accelerator import EmulatedAccelerator, install
-from anyaccel.emulated.runtime import device_tensor_from_host, host_view
+from anyaccel.emulated.runtime import (
+    CPU_OPS_ENV,
+    allow_cpu_kernels,
+    allowed_cpu_kernels,
+    device_tensor_from_host,
+    host_view,
+)
 from anyaccel.emulated.spec import EMULATED_ENV, EmulatedSpec
 from anyaccel.emulated.state import MINIMUM_TORCH, EmulatedDeviceError
 
 __all__ = [
+    "CPU_OPS_ENV",
     "EMULATED_ENV",
     "MINIMUM_TORCH",
     "EmulatedAccelerator",
     "EmulatedDeviceError",
     "EmulatedSpec",
+    "allow_cpu_kernels",
+    "allowed_cpu_kernels",
     "device_tensor_from_host",
     "host_view",
     "install",

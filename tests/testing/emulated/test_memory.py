@@ -78,3 +78,25 @@ def test_allocating_beyond_the_capacity_raises_cudas_out_of_memory_error() -> No
 @on_emulated(memory_capacity="1MiB")
 def test_the_capacity_bounds_mem_get_info() -> None:
     assert torch.emu.mem_get_info(1) == (2**20 - torch.emu.memory_allocated(1), 2**20)
+
+
+@on_emulated(device_type="npu")
+def test_an_allocation_the_host_cannot_back_raises_out_of_memory_naming_device_and_size() -> None:
+    """Without a capacity the host allocator's refusal is still the device's OutOfMemoryError."""
+    before = torch.npu.memory_allocated(0)
+    with pytest.raises(torch.OutOfMemoryError) as raised:
+        torch.empty(1 << 50, dtype=torch.uint8, device="npu:0")
+    message = str(raised.value)
+    assert "npu out of memory. Tried to allocate 1048576.00 GiB on device npu:0" in message
+    assert torch.npu.memory_allocated(0) == before
+    assert torch.npu.memory_stats(0)["num_ooms"] == 1
+
+
+@on_emulated(device_type="npu")
+def test_a_cpu_kernel_result_the_host_cannot_back_raises_out_of_memory() -> None:
+    """A result made by a CPU kernel becomes device memory: its failure is the device's too."""
+    row = torch.zeros(1, 1 << 25, dtype=torch.uint8, device="npu:1")
+    with pytest.raises(torch.OutOfMemoryError) as raised:
+        row.expand(1 << 25, 1 << 25).contiguous()
+    message = str(raised.value)
+    assert "npu out of memory. Tried to allocate 1048576.00 GiB on device npu:1" in message

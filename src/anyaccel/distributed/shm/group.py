@@ -46,6 +46,7 @@ __all__ = [
     "announce_fallback",
     "group_state",
     "load_kernel",
+    "node_identity",
     "resolve_group",
     "set_up_segment",
     "shm_all_reduce_status",
@@ -118,7 +119,7 @@ def resolve_group(group: Any | None) -> Any:
     return dist.group.WORLD if group is None else group
 
 
-def _node_identity() -> str:
+def node_identity() -> str:
     """Where this process runs: host, boot id, and the launcher's node number if it gives one."""
     try:
         with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
@@ -293,7 +294,7 @@ def _set_up_segment(gather: Gather, size: int, me: int, state: ShmGroup) -> None
     except InvalidSettingError as exc:  # told to every rank, so that none waits for this one
         problem, failed, invalid = str(exc), True, str(exc)
     kept = state.kept
-    views = _all_gather_json((_node_identity(), problem, failed, invalid), gather, size, kept)
+    views = _all_gather_json((node_identity(), problem, failed, invalid), gather, size, kept)
     settings = [f"rank {rank}: {error}" for rank, (*_, error) in enumerate(views) if error]
     if settings:
         raise InvalidSettingError("; ".join(settings))

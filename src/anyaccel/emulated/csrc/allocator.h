@@ -87,12 +87,31 @@ void free_allocation(void* context) {
   delete allocation;  // an adopted DataPtr frees its memory here
 }
 
+// The host could not back an allocation: torch.OutOfMemoryError, as a GPU's allocator raises
+// when the device is full (never the host allocator's RuntimeError).
+[[noreturn]] void host_out_of_memory(DeviceIndex index, size_t bytes, const c10::Error& error) {
+  int64_t allocated = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_memory_mutex);
+    g_memory[index].oom_count += 1;
+    allocated = g_memory[index].allocated;
+  }
+  TORCH_CHECK_WITH(OutOfMemoryError, false, backend_name(), " out of memory. Tried to allocate ",
+                   format_size(static_cast<int64_t>(bytes)), " on device ", backend_name(), ":",
+                   static_cast<int>(index), ", which has ", format_size(allocated),
+                   " allocated by PyTorch. (This device is emulated in host memory, and the "
+                   "host's allocator refused: ", error.what_without_backtrace(), ")");
+}
+
 at::DataPtr allocate_on(DeviceIndex index, size_t bytes) {
   reserve(index, bytes);
   void* data = nullptr;
   if (bytes > 0) {
     try {
       data = c10::alloc_cpu(bytes);
+    } catch (const c10::Error& error) {
+      release_bytes(index, bytes);
+      host_out_of_memory(index, bytes, error);
     } catch (...) {
       release_bytes(index, bytes);
       throw;

@@ -10,10 +10,12 @@
 //
 // One translation unit (torch's headers are most of a build), one header per concern:
 // devices.h (the device table), allocator.h (memory), generator.h, guard.h, hooks.h,
-// host_alias.h, fallback.h, kernels.h, autocast.h; here, configuration and the Python face.
+// host_alias.h, cpu_kernel_ops.h (which ops the fallback takes), fallback.h, kernels.h,
+// autocast.h; here, configuration and the Python face.
 
 #include "allocator.h"
 #include "autocast.h"
+#include "cpu_kernel_ops.h"
 #include "devices.h"
 #include "fallback.h"
 #include "generator.h"
@@ -129,4 +131,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("host_view", &emulated::host_view);
   m.def("device_tensor_from_host", &emulated::device_tensor_from_host);
   m.def("is_pinned_address", &emulated::is_pinned_address);
+  m.def("allow_cpu_kernels", &emulated::allow_cpu_kernels,
+        "Let the fallback run these ops or namespaces on the CPU's kernels");
+  m.def("allowed_cpu_kernels", &emulated::allowed_cpu_kernels);
 }

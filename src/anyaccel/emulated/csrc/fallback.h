@@ -3,6 +3,7 @@
 // Compiled through emulated_device.cpp.
 #pragma once
 
+#include "cpu_kernel_ops.h"
 #include "generator.h"
 #include "host_alias.h"
 
@@ -200,6 +201,7 @@ class DefaultGeneratorSwap {
 };
 
 void device_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  check_cpu_kernel_allowed(op);
   const c10::FunctionSchema& schema = op.schema();
   const size_t argument_count = schema.arguments().size();
   const size_t first = stack->size() - argument_count;
@@ -265,7 +267,23 @@ void device_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (!generator_given && op.hasTag(at::Tag::nondeterministic_seeded)) {
       swap.emplace(host_generator(default_generator(index)));
     }
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    try {
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    } catch (const c10::Error& error) {
+      // The CPU kernel's result is device memory: the host allocator's refusal is the device's
+      // out-of-memory error. torch's CPU allocator says so only in its message.
+      const std::string what = error.what_without_backtrace();
+      if (dynamic_cast<const c10::OutOfMemoryError*>(&error) != nullptr ||
+          what.find("DefaultCPUAllocator: can't allocate memory") == std::string::npos) {
+        throw;
+      }
+      const std::string::size_type asked = what.find("you tried to allocate ");
+      int64_t bytes = 0;
+      if (asked != std::string::npos) {
+        bytes = std::atoll(what.c_str() + asked + std::strlen("you tried to allocate "));
+      }
+      host_out_of_memory(index, static_cast<size_t>(bytes), error);
+    }
   }
   aliases.write_back(index);
 

@@ -126,12 +126,15 @@ void shutdown_of(B&, long) {}
 class HostViewBackend : public Backend {
  public:
   HostViewBackend(int rank, int size, const std::string& device_type, std::string name,
-                  c10::intrusive_ptr<Backend> host)
+                  c10::intrusive_ptr<Backend> host, const std::string& node)
       : Backend(rank, size),
         device_type_(c10::Device(device_type).type()),
         device_name_(device_type),
         name_(std::move(name)),
-        host_(std::move(host)) {}
+        host_(std::move(host)),
+        node_(static_cast<int64_t>(std::hash<std::string>{}(node))),
+        // the host is one device that every rank shares (the class on CPU tensors, in tests)
+        placement_checked_(device_type_ == c10::DeviceType::CPU) {}
 
   const std::string getBackendName() const override { return name_; }
 
@@ -316,7 +319,7 @@ class HostViewBackend : public Backend {
 
  private:
   // The CPU tensor over a device tensor's memory (same geometry); keeps that memory alive.
-  at::Tensor host_view(const char* op, const at::Tensor& tensor, const std::string& which) const {
+  at::Tensor host_view(const char* op, const at::Tensor& tensor, const std::string& which) {
     TORCH_CHECK(tensor.device().type() == device_type_, name_, " ", op, ": the ", which,
                 " is on ", tensor.device(), ", not on the ", device_name_, " device: the ", name_,
                 " backend takes ", device_name_, " tensors, as on the real hardware. Move it with "
@@ -325,15 +328,46 @@ class HostViewBackend : public Backend {
     TORCH_CHECK(tensor.layout() == at::kStrided, name_, " ", op, ": the ", which,
                 " has layout ", tensor.layout(), "; the emulated ", device_name_,
                 " collectives take dense (strided) tensors");
+    if (!placement_checked_.load(std::memory_order_acquire)) check_placement(op, tensor);
     c10::Storage storage = tensor.storage();
     return at::from_blob(
         tensor.data_ptr(), tensor.sizes(), tensor.strides(), [storage](void*) {},
         tensor.options().device(at::kCPU));
   }
+  // Two ranks of one node on one device: refused at the group's first collective, as NCCL
+  // refuses it ("Duplicate GPU detected") when it builds the communicator. The ranks exchange
+  // (node, device index) once through the CPU Backend; every rank sees the same table, so every
+  // rank raises the same error (none is left waiting). Point-to-point calls are not collective
+  // (a rank's peer may not be sending yet): they leave the check to the first collective.
+  void check_placement(const char* op, const at::Tensor& tensor) {
+    const std::string name(op);
+    if (name == "send" || name == "recv") return;
+    std::lock_guard<std::mutex> lock(placement_mutex_);
+    if (placement_checked_.load(std::memory_order_relaxed)) return;
+    const int64_t index = tensor.device().index();
+    Tensors mine{at::tensor(std::vector<int64_t>{node_, index}, at::kLong)};
+    TensorLists all(1);
+    for (int r = 0; r < size_; ++r) all[0].push_back(at::empty({2}, at::kLong));
+    host_->allgather(all, mine, c10d::AllgatherOptions())->wait();
+    for (int first = 0; first < size_; ++first) {
+      const int64_t* a = all[0][first].const_data_ptr<int64_t>();
+      for (int second = first + 1; second < size_; ++second) {
+        const int64_t* b = all[0][second].const_data_ptr<int64_t>();
+        TORCH_CHECK(a[0] != b[0] || a[1] != b[1], name_, " ", op,
+                    ": duplicate device detected: rank ", second, " and rank ", first,
+                    " both on ", device_name_, ":", a[1],
+                    " of one node (NCCL refuses this: \"Duplicate GPU detected\"). Give each "
+                    "rank of a node a device of its own: torch.", device_name_,
+                    ".set_device(local_rank) and DDP(model.to(f'", device_name_,
+                    ":{local_rank}'), device_ids=[local_rank])");
+      }
+    }
+    placement_checked_.store(true, std::memory_order_release);
+  }
   static std::string nth(const char* what, size_t index) {
     return std::string(what) + " " + std::to_string(index);
   }
-  Tensors host_views(const char* op, const Tensors& tensors) const {
+  Tensors host_views(const char* op, const Tensors& tensors) {
     Tensors views;
     views.reserve(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i) {
@@ -341,7 +375,7 @@ class HostViewBackend : public Backend {
     }
     return views;
   }
-  TensorLists host_views(const char* op, const TensorLists& lists) const {
+  TensorLists host_views(const char* op, const TensorLists& lists) {
     TensorLists views;
     views.reserve(lists.size());
     for (const auto& list : lists) views.push_back(host_views(op, list));
@@ -366,6 +400,9 @@ class HostViewBackend : public Backend {
   std::string device_name_;
   std::string name_;
   c10::intrusive_ptr<Backend> host_;
+  int64_t node_;  // a hash of the node's identity (host, boot, launcher node)
+  std::mutex placement_mutex_;
+  std::atomic<bool> placement_checked_;
   std::mutex mutex_;
   bool coalescing_ = false;
   std::vector<WorkPtr> coalesced_;
@@ -378,9 +415,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "A c10d Backend for a host-memory device: collectives on CPU views of its tensors";
   py::class_<anyaccel::HostViewBackend, c10d::Backend,
              c10::intrusive_ptr<anyaccel::HostViewBackend>>(m, "HostViewBackend")
-      .def(py::init<int, int, const std::string&, std::string, c10::intrusive_ptr<c10d::Backend>>(),
+      .def(py::init<int, int, const std::string&, std::string, c10::intrusive_ptr<c10d::Backend>,
+                    const std::string&>(),
            py::arg("rank"), py::arg("size"), py::arg("device_type"), py::arg("name"),
-           py::arg("host"))
+           py::arg("host"), py::arg("node") = std::string())
       .def_property_readonly("host", &anyaccel::HostViewBackend::host,
                              "The CPU Backend that runs the collectives")
       .def_property_readonly("device_type", &anyaccel::HostViewBackend::device_type,

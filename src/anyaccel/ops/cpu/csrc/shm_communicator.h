@@ -335,6 +335,7 @@ class Communicator {
           peer->dtype[parity] != int32_t(dtype) || peer->op[parity] != int32_t(op)) {
         abandon();
         throw std::runtime_error(
+            dtype_mismatch("all_reduce", int32_t(dtype), r, peer->dtype[parity]) +
             "ranks called all_reduce with different tensors: rank " + std::to_string(rank_) +
             " passes " + describe(total, int32_t(dtype), int32_t(op)) + ", rank " +
             std::to_string(r) + " passes " +
@@ -349,6 +350,18 @@ class Communicator {
     // this core's cache): one stream of memory traffic less (docs/distributed.md has figures).
     for (int r = 0; r < world_size_; ++r) sources_[size_t(r)] = r == rank_ ? data : slot(r, parity);
     reduce_parallel(op, dtype, data, sources_, count, threads);
+  }
+
+  // A dtype mismatch said first, as one (its sizes differ too, but the dtype is the bug): ""
+  // when the dtypes agree or either is not a reduction dtype (a byte collective's tag, or a
+  // rank's announcement that it falls back to gloo).
+  std::string dtype_mismatch(const char* collective, int32_t dtype, int peer, int32_t theirs) const {
+    if (dtype == theirs || dtype < 0 || dtype >= kDTypes || theirs < 0 || theirs >= kDTypes) {
+      return "";
+    }
+    return std::string("dtype mismatch in ") + collective + ": rank " + std::to_string(rank_) +
+           " passes " + dtype_name(dtype) + ", rank " + std::to_string(peer) + " passes " +
+           dtype_name(theirs) + "; every rank must pass the same dtype. ";
   }
 
   static std::string describe(int64_t total, int32_t dtype, int32_t op) {
@@ -401,6 +414,7 @@ class Communicator {
           peer->dtype[parity] != dtype || peer->op[parity] != op) {
         abandon();
         throw std::runtime_error(
+            dtype_mismatch(collective_name(op), dtype, r, peer->dtype[parity]) +
             std::string("ranks called ") + collective_name(op) + " with different tensors: rank " +
             std::to_string(rank_) + " passes " + describe(total, dtype, op) + ", rank " +
             std::to_string(r) + " passes " +
