@@ -70,6 +70,10 @@ HOOKS: dict[tuple[str, str], str] = {
         "whether PrivateUse1 is free for the emulated device before it is installed; "
         "torch has no public getter"
     ),
+    ("emulated/checkpoints.py", "_C._get_privateuse1_backend_name"): (
+        "whether a checkpoint's device type is installed here (torch restores it then) before "
+        "the hint says which setting installs it"
+    ),
     ("emulated/torch_module.py", "_C._get_privateuse1_backend_name"): (
         "the device type torch.<type>'s functions answer for (the name PrivateUse1 holds)"
     ),

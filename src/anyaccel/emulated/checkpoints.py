@@ -25,6 +25,7 @@ from typing import Any
 from anyaccel.emulated.spec import DEFAULT_DEVICE_TYPE, EMULATED_ENV
 from anyaccel.emulated.state import EmulatedDeviceError
 from anyaccel.forksafe import ForkSafeLock
+from anyaccel.probe import FORCE_ENV
 
 __all__ = ["PRIORITY", "register_checkpoint_hint"]
 
@@ -67,7 +68,7 @@ def _explain(storage: Any, location: str) -> None:
     raise EmulatedDeviceError(
         f"this checkpoint holds tensors saved on {location!r}, a device this process does not "
         f"have. If it was saved on anyaccel's emulated device, install that device before "
-        f"loading: DS_ACCELERATOR=emulated {EMULATED_ENV}={device_type}:{count} in the "
+        f"loading: {FORCE_ENV}=emulated {EMULATED_ENV}={device_type}:{count} in the "
         f"environment, pytest --anyaccel-emulated={device_type}:{count}, or "
         f"anyaccel.testing.emulated.install({device_type!r}, {count}){vendor}. Or load it onto "
         "the CPU: torch.load(..., map_location='cpu')"
