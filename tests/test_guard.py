@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -83,3 +84,31 @@ def test_a_bad_probe_timeout_names_the_value_and_the_fix(
         InvalidSettingError, match=f"ANYACCEL_PROBE_TIMEOUT={value!r} is not a positive"
     ):
         guard.probe_timeout()
+
+
+def test_patient_work_does_not_count_against_the_time_limit() -> None:
+    # a native build under a plugin's import: announced work, not a hang
+    def builds() -> str:
+        with guard.patience():
+            time.sleep(0.6)
+        return "built"
+
+    result = guard.run_guarded("plugin import", builds, timeout=0.2)
+    assert result.ok and result.value == "built"
+    assert result.seconds >= 0.6
+
+
+def test_the_clock_runs_again_after_patient_work() -> None:
+    def builds_then_hangs() -> str:
+        with guard.patience():
+            time.sleep(0.3)
+        time.sleep(5)
+        return "late"
+
+    result = guard.run_guarded("plugin import", builds_then_hangs, timeout=0.2)
+    assert result.timed_out and 0.5 <= result.seconds < 3
+
+
+def test_patience_outside_the_guard_does_nothing() -> None:
+    with guard.patience():
+        assert guard.guarded_code_running() is None

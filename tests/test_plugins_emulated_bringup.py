@@ -11,11 +11,10 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from tests.test_plugins_out_of_tree import _site_packages
+from tests.test_plugins_out_of_tree import venv_with_package
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "adding-hardware.md"
@@ -91,24 +90,11 @@ def test_the_page_documents_both_modules_and_the_entry_point() -> None:
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv reusing this interpreter's packages, with the documented plugin pip-installed."""
-    root = tmp_path_factory.mktemp("venv")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
-    python = root / "bin" / "python"
-    child_site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
-    Path(child_site, "_parent_site.pth").write_text("\n".join(_site_packages()) + "\n")
     package = tmp_path_factory.mktemp("src") / "zpu-accel"
     for path, source in documented_files().items():
         (package / path).parent.mkdir(parents=True, exist_ok=True)
         (package / path).write_text(source)
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--no-index", "--no-cache-dir", str(package)],
-        check=True, cwd=package, env=_env(), timeout=300,
-    )  # fmt: skip
-    return python
+    return venv_with_package(tmp_path_factory.mktemp("venv"), package, _env())
 
 
 def _env(**extra: str) -> dict[str, str]:

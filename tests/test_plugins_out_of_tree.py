@@ -53,10 +53,9 @@ _SCENARIOS = {
 }
 
 
-@pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv reusing this interpreter's packages (torch), with the example pip-installed."""
-    root = tmp_path_factory.mktemp("venv")
+def venv_with_package(root: Path, package: Path, env: dict[str, str]) -> Path:
+    """A venv at ``root`` reusing this interpreter's packages (torch), with ``package``
+    pip-installed as a real distribution (hatchling builds it, offline); its python."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     python = root / "bin" / "python"
     # This interpreter's packages (torch, pip, hatchling), whether it is itself a venv or not:
@@ -66,16 +65,22 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=True, capture_output=True, text=True,
     ).stdout.strip()  # fmt: skip
     Path(child_site, "_parent_site.pth").write_text("\n".join(_site_packages()) + "\n")
-    if importlib.util.find_spec("hatchling") is None:  # the example's build backend
+    if importlib.util.find_spec("hatchling") is None:  # the packages' build backend
         pytest.fail('hatchling is missing: install the test extras, pip install -e ".[test]"')
-    source = tmp_path_factory.mktemp("src") / "acme-accel"  # build a copy, not the checkout
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     subprocess.run(
         [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--no-index", "--no-cache-dir", str(source)],
-        check=True, cwd=source, env=_env(),
+         "--no-index", "--no-cache-dir", str(package)],
+        check=True, cwd=package, env=env, timeout=300,
     )  # fmt: skip
     return python
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv reusing this interpreter's packages (torch), with the example pip-installed."""
+    source = tmp_path_factory.mktemp("src") / "acme-accel"  # build a copy, not the checkout
+    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    return venv_with_package(tmp_path_factory.mktemp("venv"), source, _env())
 
 
 def _site_packages() -> list[str]:

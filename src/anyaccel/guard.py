@@ -10,12 +10,13 @@ naming it, and the guard reports the re-entry even if that code swallowed the er
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -26,6 +27,7 @@ __all__ = [
     "PROBE_TIMEOUT_ENV",
     "Guarded",
     "guarded_code_running",
+    "patience",
     "probe_timeout",
     "refuse_reentry",
     "run_guarded",
@@ -58,10 +60,20 @@ def probe_timeout() -> float | None:
 
 @dataclass
 class _Scope:
-    """The guarded call this context belongs to, and what it re-entered."""
+    """The guarded call this context belongs to, what it re-entered, and its paused clock."""
 
     label: str
     reentered: list[str] = field(default_factory=list)
+    #: When the work its clock does not count began (``None``: none now), and how long such
+    #: work took before. Written by the guarded thread, read by the waiting one.
+    paused_since: float | None = None
+    paused_seconds: float = 0.0
+
+    def counted(self, since: float) -> float:
+        """Seconds since ``since`` that count against the time limit."""
+        now = time.perf_counter()
+        paused = self.paused_seconds + (now - self.paused_since if self.paused_since else 0.0)
+        return now - since - paused
 
 
 _scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
@@ -73,6 +85,26 @@ def guarded_code_running() -> str | None:
     """The label of the guarded code this context runs in, or ``None`` outside the guard."""
     scope = _scope.get()
     return scope.label if scope is not None else None
+
+
+@contextlib.contextmanager
+def patience() -> Iterator[None]:
+    """Stop the guarded call's clock while this block runs: announced work, not a hang.
+
+    anyaccel's own native builds run in it (a plugin whose runtime stand-in installs the
+    emulated device builds its core on first use: a minute, not the probe's ten seconds).
+    Outside the guard it does nothing; nested blocks pause once.
+    """
+    scope = _scope.get()
+    if scope is None or scope.paused_since is not None:
+        yield
+        return
+    scope.paused_since = time.perf_counter()
+    try:
+        yield
+    finally:
+        scope.paused_seconds += time.perf_counter() - scope.paused_since
+        scope.paused_since = None
 
 
 def refuse_reentry(api: str) -> None:
@@ -151,6 +183,11 @@ def run_guarded(label: str, function: Callable[[], T], timeout: float | None) ->
     except RuntimeError:  # no thread can start (interpreter shutting down): run it here
         target()
     done = finished.wait(timeout)
+    while not done and timeout is not None:  # the clock stops while the call is patient
+        left = timeout - scope.counted(start)
+        if left <= 0 and scope.paused_since is None:
+            break
+        done = finished.wait(min(max(left, 0.05), 1.0))
     seconds = time.perf_counter() - start
     if not done:
         return Guarded(label, None, None, True, seconds, tuple(scope.reentered))

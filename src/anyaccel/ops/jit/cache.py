@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+from anyaccel.guard import patience
 from anyaccel.ops.errors import BuildToolMissingError, ExtensionsDirError, OpError, OpLoadError
 from anyaccel.ops.jit.announce import announce, logger
 from anyaccel.ops.jit.compiler import compile_extension, workspace
@@ -108,6 +109,7 @@ def load_or_build(plan: BuildPlan) -> ModuleType:
         )
     lock = _inside(plan, LOCK_FILE)
     with (
+        patience(),  # waiting for a build, or building, is no hang of guarded code
         usable_build_directory(plan, found) as build_fd,
         exclusive_file_lock(LOCK_FILE, dir_fd=build_fd, display=lock),
     ):
