@@ -80,12 +80,9 @@ _SHARED_NAMES = {
     "ANYACCEL_SIMULATED": "settings.py",
     "TORCH_DEVICE_BACKEND_AUTOLOAD": "settings.py",
 }
-#: Modules still spelling a shared name out, each to import it from its owner instead. The
-#: emulated device's files are being moved; the frameworks' hand-overs are being split.
-_NOT_YET: set[str] = set()
 
 
-def _docstring_ids(tree: ast.AST) -> set[int]:
+def docstring_ids(tree: ast.AST) -> set[int]:
     """``id()`` of every string that is a statement of its own: docstrings, of attributes too."""
     return {
         id(node.value)
@@ -101,10 +98,8 @@ def test_each_shared_environment_variable_is_named_in_one_module() -> None:
     found = []
     for path in sorted(SOURCE.rglob("*.py")):
         relative = path.relative_to(SOURCE).as_posix()
-        if relative in _NOT_YET:
-            continue
         tree = ast.parse(path.read_text())
-        docstrings = _docstring_ids(tree)
+        docstrings = docstring_ids(tree)
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
                 continue

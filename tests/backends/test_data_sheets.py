@@ -15,6 +15,7 @@ import inspect
 from pathlib import Path
 
 import pytest
+from tests.test_settings import docstring_ids
 
 from anyaccel.backends.torch_module import TorchModuleAccelerator
 
@@ -51,17 +52,6 @@ def _vendor_classes(module_name: str) -> list[type[TorchModuleAccelerator]]:
     ]
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    """``id()`` of every string that is a statement of its own: docstrings, of attributes too."""
-    return {
-        id(node.value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Expr)
-        and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str)
-    }
-
-
 def _class_statements(tree: ast.AST) -> set[int]:
     """``id()`` of the string nodes of class-level ``runtime_package``/``visible_...`` lines."""
     found: set[int] = set()
@@ -83,7 +73,7 @@ def _class_statements(tree: ast.AST) -> set[int]:
 def restatements(source: str, facts: set[str], *, allow_class_data: bool) -> list[str]:
     """``line: 'text'`` for every string in ``source`` that spells out one of ``facts``."""
     tree = ast.parse(source)
-    skip = _docstrings(tree) | (_class_statements(tree) if allow_class_data else set())
+    skip = docstring_ids(tree) | (_class_statements(tree) if allow_class_data else set())
     return [
         f"line {node.lineno}: {node.value!r}"
         for node in ast.walk(tree)
