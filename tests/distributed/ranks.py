@@ -6,6 +6,7 @@ Every process runs under a timeout, so a hang fails one test instead of the run.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -115,3 +116,27 @@ def shm_entries() -> set[str]:
     except OSError:
         return set()
     return {name for name in names if not name.startswith(FOREIGN_SHM_PREFIXES)}
+
+
+def kill_rank_one(script: str, *args: str, after: float | None, timeout: float) -> str:
+    """Start 2 ranks of ``script`` (each prints ``ready`` first), SIGKILL rank 1 ``after``
+    seconds later (``None``: never), and return rank 0's stdout; fails if rank 0 errs, runs
+    past ``timeout`` or a shared-memory segment outlives the job."""
+    before = shm_entries()
+    procs = start_ranks(script, 2, *args)
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stderr is not None
+            assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        if after is not None:
+            time.sleep(after)
+            procs[1].send_signal(signal.SIGKILL)
+        out, err = procs[0].communicate(timeout=timeout)
+        assert procs[0].returncode == 0, out + err[-3000:]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    assert shm_entries() - before == set(), "a shared-memory segment outlived the job"
+    return out

@@ -4,11 +4,9 @@ ranks on two nodes."""
 from __future__ import annotations
 
 import json
-import signal
 import textwrap
-import time
 
-from ..ranks import finish, free_port, multiprocess, shm_entries, start_ranks
+from ..ranks import finish, free_port, kill_rank_one, multiprocess, shm_entries, start_ranks
 
 # --- faults: a rank killed mid-collective, and create/destroy cycles -------------------------
 KILLED = textwrap.dedent(
@@ -36,22 +34,7 @@ KILLED = textwrap.dedent(
 
 @multiprocess
 def test_a_rank_killed_mid_collective_fails_the_others_fast() -> None:
-    before = shm_entries()
-    procs = start_ranks(KILLED, 2)
-    try:
-        for proc in procs:
-            assert proc.stdout is not None
-            assert proc.stdout.readline().strip() == "ready"
-        time.sleep(0.5)
-        procs[1].send_signal(signal.SIGKILL)
-        out, err = procs[0].communicate(timeout=90)
-        assert procs[0].returncode == 0, out + err[-3000:]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-    assert shm_entries() - before == set()
+    out = kill_rank_one(KILLED, after=0.5, timeout=90)
     elapsed, _, message = out.strip().splitlines()[-1].partition(" ")
     assert "anyaccel_shm all_reduce failed" in message and "rank 1 (pid" in message
     assert "died" in message

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import signal
 import textwrap
-import time
 from typing import Any
 
 import pytest
@@ -13,7 +11,7 @@ import torch.distributed as dist
 
 from anyaccel.distributed import DistributedSetupError, init_distributed
 
-from ..ranks import finish, multiprocess, shm_entries, start_ranks
+from ..ranks import finish, kill_rank_one, multiprocess, start_ranks
 
 
 def test_all_reduce_needs_a_process_group() -> None:
@@ -84,23 +82,7 @@ FAULT = textwrap.dedent(
 
 
 def run_fault(timeout_s: float, kill_after: float | None) -> tuple[str, float]:
-    before = shm_entries()
-    procs = start_ranks(FAULT, 2, str(timeout_s))
-    try:
-        for proc in procs:
-            assert proc.stdout is not None
-            assert proc.stdout.readline().strip() == "ready", proc.stderr.read()  # type: ignore[union-attr]
-        if kill_after is not None:
-            time.sleep(kill_after)
-            procs[1].send_signal(signal.SIGKILL)
-        out, err = procs[0].communicate(timeout=timeout_s + 60)
-        assert procs[0].returncode == 0, out + err[-3000:]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-    assert shm_entries() - before == set(), "a shared-memory segment outlived the job"
+    out = kill_rank_one(FAULT, str(timeout_s), after=kill_after, timeout=timeout_s + 60)
     elapsed, _, message = out.strip().splitlines()[-1].partition(" ")
     return message, float(elapsed)
 
