@@ -13,12 +13,9 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 @pytest.fixture(scope="session")
-def extensions_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def extensions_dir(session_extensions_dir: Path) -> Path:
     """The session's op cache, the one ``tests/ops/conftest.py`` uses: one build per run."""
-    configured = os.environ.get("ANYACCEL_TEST_EXTENSIONS_DIR")
-    root = Path(configured) if configured else tmp_path_factory.getbasetemp() / "torch_extensions"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+    return session_extensions_dir
 
 
 def run_ops(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

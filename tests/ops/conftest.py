@@ -13,15 +13,9 @@ import pytest
 
 
 @pytest.fixture(scope="session", autouse=True)
-def shared_extensions_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A session-wide ``TORCH_EXTENSIONS_DIR``, so each op compiles once per test run.
-
-    The same directory as ``tests/cli/test_ops_cli.py``'s, so ``anyaccel ops --build`` there
-    and the op tests here share one build.
-    """
-    configured = os.environ.get("ANYACCEL_TEST_EXTENSIONS_DIR")
-    root = Path(configured) if configured else tmp_path_factory.getbasetemp() / "torch_extensions"
-    root.mkdir(parents=True, exist_ok=True)
+def shared_extensions_dir(session_extensions_dir: Path) -> Iterator[Path]:
+    """``TORCH_EXTENSIONS_DIR`` set to the session's op cache, so each op compiles at most once."""
+    root = session_extensions_dir
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TORCH_EXTENSIONS_DIR", str(root))
         patch.delenv("ANYACCEL_CPU_SIMD", raising=False)
