@@ -189,6 +189,7 @@ def copy_of_the_docs(destination: Path) -> Path:
     return destination
 
 
+@pytest.mark.extras
 def test_a_nav_page_missing_fails_the_strict_docs_build(tmp_path: Path) -> None:
     for module in ("mkdocs", "material", "mkdocstrings"):
         pytest.importorskip(module)
@@ -207,6 +208,7 @@ def _fenced(page: Path, language: str) -> list[str]:
     return [str(body) for body in found]
 
 
+@pytest.mark.extras
 def test_the_readme_ci_recipe_is_a_valid_github_actions_job(tmp_path: Path) -> None:
     # The job a newcomer pastes under `jobs:` of a workflow: valid against GitHub's schema,
     # pre-building the native parts and running pytest on the emulated device.

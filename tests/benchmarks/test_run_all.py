@@ -109,6 +109,7 @@ def test_report_runs_everything_with_limits_and_says_what_failed(
     assert "- torch " in report and "CPUs" in report
 
 
+@pytest.mark.extras
 def test_plots_are_written_for_tables_with_ratios(run_all: ModuleType, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     bench = tmp_path / "bench"

@@ -17,7 +17,7 @@ import pytest
 
 from .harness import GPU, child_env, explain, run_python
 
-pytestmark = GPU
+pytestmark = [*GPU, pytest.mark.extras]
 
 DEEPSPEED_CHILD = Path(__file__).with_name("deepspeed_child.py")
 

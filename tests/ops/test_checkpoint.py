@@ -403,6 +403,7 @@ def deepspeed_classes() -> dict[str, Any]:
     return {"DeepSpeedCPUAdam": TheirAdam, "DeepSpeedCPUAdagrad": TheirAdagrad}
 
 
+@pytest.mark.extras
 @pytest.mark.parametrize(
     ("ours", "options"),
     [

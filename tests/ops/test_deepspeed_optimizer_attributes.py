@@ -101,6 +101,7 @@ def _assigned_on_self(source: str, class_name: str) -> set[str]:
     return names
 
 
+@pytest.mark.extras
 @pytest.mark.parametrize("cls", list(CLASSES), ids=lambda cls: cls.__name__)
 def test_every_attribute_deepspeeds_class_sets_exists_on_ours(
     cls: type[torch.optim.Optimizer],

@@ -176,6 +176,7 @@ def _deepspeed_python() -> str | None:
     return sys.executable if importlib.util.find_spec("deepspeed") is not None else None
 
 
+@pytest.mark.extras
 def test_deepspeeds_real_walk_under_our_accelerator() -> None:
     python = _deepspeed_python()
     if python is None:

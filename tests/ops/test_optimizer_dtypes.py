@@ -173,6 +173,7 @@ def test_a_tied_parameter_is_stepped_once_like_torch() -> None:
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 
 
+@pytest.mark.extras
 @pytest.mark.skipif(not HAS_DEEPSPEED, reason="DeepSpeed is not installed")
 @pytest.mark.parametrize("fp32_states", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, *LOW], ids=["fp32", "bf16", "fp16"])
