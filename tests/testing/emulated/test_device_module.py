@@ -56,7 +56,7 @@ def test_the_capability_query_reports_every_dtype_the_cpu_has() -> None:
         pytest.skip("this torch has no torch.accelerator.get_device_capability")
     supported = torch.accelerator.get_device_capability("emu:1")["supported_dtypes"]
     expected = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64]
-    assert all(dtype in supported for dtype in expected + [torch.complex64, torch.bool])
+    assert all(dtype in supported for dtype in [*expected, torch.complex64, torch.bool])
     assert torch.accelerator.get_device_capability() == torch.accelerator.get_device_capability(0)
 
 
