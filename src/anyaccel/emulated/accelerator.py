@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import os
 from typing import Any
 
 from anyaccel.abstract import Accelerator
@@ -24,8 +25,10 @@ from anyaccel.emulated.spec import (
     EmulatedSpec,
     parse_capacity,
     spec_from_environment,
+    visible_devices,
+    visible_devices_env,
 )
-from anyaccel.emulated.state import installed_spec
+from anyaccel.emulated.state import installed_spec, native
 from anyaccel.instance_defaults import value_before_init
 from anyaccel.probe import FORCE_ENV, ProbeOutcome, forced_name
 
@@ -54,10 +57,10 @@ def probe() -> ProbeOutcome:
     """
     installed = installed_spec()
     if forced_name() != NAME and installed is not None:
+        count = int(native().device_count())
         return ProbeOutcome.found(
-            f"{installed.device_count} emulated {installed.device_type!r} device(s), installed "
-            "in this process",
-            installed.device_count,
+            f"{count} emulated {installed.device_type!r} device(s), installed in this process",
+            count,
         )
     if forced_name() != NAME:
         # no emulated device here: a checkpoint saved on one gets a load error naming the setting
@@ -68,9 +71,11 @@ def probe() -> ProbeOutcome:
             "on emulated devices.",
         )
     spec = spec_from_environment()
+    variable = visible_env_names(spec.device_type)[0]
+    count = len(visible_devices(variable, spec.device_count))
+    shown = f", {variable}" if variable in os.environ else ""
     return ProbeOutcome.found(
-        f"{spec.device_count} emulated {spec.device_type!r} device(s) ({EMULATED_ENV})",
-        spec.device_count,
+        f"{count} emulated {spec.device_type!r} device(s) ({EMULATED_ENV}{shown})", count
     )
 
 
@@ -86,6 +91,15 @@ def vendor_backend(device_type: str) -> type[Accelerator] | None:
         if issubclass(value, Accelerator) and vars(value).get("_name") == device_type:
             return value
     return None
+
+
+def visible_env_names(device_type: str) -> tuple[str, ...]:
+    """The visible-devices variables of ``device_type``: its vendor's (``npu``:
+    ``ASCEND_RT_VISIBLE_DEVICES``), else ``<TYPE>_VISIBLE_DEVICES``; the device reads the first."""
+    vendor = vendor_backend(device_type)
+    if vendor is not None and vendor.visible_devices_env_names:
+        return tuple(vendor.visible_devices_env_names)
+    return (visible_devices_env(device_type),)
 
 
 def _communication_backend(device_type: str) -> str:
@@ -117,12 +131,7 @@ class EmulatedAccelerator(TorchModuleAccelerator):
         self._name = self._spec.device_type
         self.device_module_name = self._spec.device_type  # type: ignore[misc]
         self._communication_backend_name = _communication_backend(self._spec.device_type)
-        vendor = vendor_backend(self._spec.device_type)
-        self.visible_devices_env_names = (  # type: ignore[misc]
-            vendor.visible_devices_env_names
-            if vendor is not None and vendor.visible_devices_env_names
-            else (f"{self._spec.device_type.upper()}_VISIBLE_DEVICES",)
-        )
+        self.visible_devices_env_names = visible_env_names(self._spec.device_type)  # type: ignore[misc]
         super().__init__()
 
     @property
@@ -140,7 +149,7 @@ class EmulatedAccelerator(TorchModuleAccelerator):
         from anyaccel.emulated.collective_registration import register_collectives
         from anyaccel.emulated.state import EmulatedDeviceError
 
-        module = runtime.install(self._spec)
+        module = runtime.install(self._spec, self.visible_devices_env_names[0])
         try:
             register_collectives(self._spec.device_type, self._communication_backend_name)
         except EmulatedDeviceError as exc:

@@ -13,7 +13,7 @@ import re
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from anyaccel.emulated.spec import EmulatedSpec
+from anyaccel.emulated.spec import EmulatedSpec, visible_devices, visible_devices_env
 from anyaccel.emulated.state import (
     MINIMUM_TORCH,
     EmulatedDeviceError,
@@ -78,12 +78,15 @@ def allowed_cpu_kernels() -> list[str]:
     return allowed
 
 
-def install(spec: EmulatedSpec) -> ModuleType:
+def install(spec: EmulatedSpec, visible_env: str | None = None) -> ModuleType:
     """Make ``spec``'s devices real in this process and return ``torch.<type>``.
 
+    The devices the visible-devices variable ``visible_env`` lists (``<TYPE>_VISIBLE_DEVICES``
+    when ``None``; all when it is unset) become ``<type>:0 ..``, as a vendor runtime shows them.
     Idempotent for the same spec. Raises ``EmulatedDeviceError`` when torch is older than
     ``MINIMUM_TORCH``, when PrivateUse1 already belongs to another name, or when this process
-    installed a different spec; the native build's ``OpError`` when it cannot be built.
+    installed a different spec; ``InvalidSettingError`` for a bad visible-devices value; the
+    native build's ``OpError`` when it cannot be built.
     """
     import torch
 
@@ -93,17 +96,19 @@ def install(spec: EmulatedSpec) -> ModuleType:
             return module
         from anyaccel.emulated.builders import EmulatedDeviceBuilder
 
+        variable = visible_env or visible_devices_env(spec.device_type)
+        shown = visible_devices(variable, spec.device_count)
         loaded = EmulatedDeviceBuilder().load()
         capacity = -1 if spec.memory_capacity is None else int(spec.memory_capacity)
         allowed = _checked_op_names(os.environ.get(CPU_OPS_ENV, "").split(","), CPU_OPS_ENV)
-        loaded.configure(spec.device_count, capacity)
+        loaded.configure(len(shown), capacity)
         loaded.allow_cpu_kernels(allowed)
         record_native(loaded)
         module = _register_torch_names(spec)
         record_installed(spec)
         from anyaccel.emulated.shutdown import register_exit_drain
 
-        register_exit_drain(spec.device_type, spec.device_count)  # see its module: no abort
+        register_exit_drain(spec.device_type, len(shown))  # see its module: no abort
         return module
 
 

@@ -16,6 +16,8 @@ __all__ = [
     "EmulatedSpec",
     "parse_capacity",
     "spec_from_environment",
+    "visible_devices",
+    "visible_devices_env",
 ]
 
 #: The device type when none is named.
@@ -131,3 +133,46 @@ def _parse_setting(raw: str) -> EmulatedSpec:
         )
     capacity = parse_capacity(parts[2]) if len(parts) == 3 else None
     return EmulatedSpec(device_type, int(count_text), capacity)
+
+
+def visible_devices_env(device_type: str) -> str:
+    """``<TYPE>_VISIBLE_DEVICES``: the variable an emulated type that stands in for no vendor
+    reads (``EMU_VISIBLE_DEVICES``); a vendor's type reads the vendor's (its accelerator says)."""
+    return f"{device_type.upper()}_VISIBLE_DEVICES"
+
+
+def visible_devices(variable: str, device_count: int) -> tuple[int, ...]:
+    """The devices (of ``0 .. device_count-1``) that ``variable`` shows, in its order; all of
+    them when it is unset. They become devices ``0 .. len-1``, as a vendor runtime renumbers them.
+
+    Raises ``InvalidSettingError`` naming the variable and its value for an entry that is not a
+    device index, one past the count, a repeated one, or a value that shows no device.
+    """
+    raw = os.environ.get(variable)
+    if raw is None:
+        return tuple(range(device_count))
+    form = f"comma-separated device indices from 0 to {device_count - 1}, e.g. '0,1'"
+    entries = [entry.strip() for entry in raw.split(",")]
+    if entries == [""]:
+        raise InvalidSettingError(
+            f"{variable}={raw!r} shows no device: list the devices this process may use "
+            f"({form}), or unset {variable} to use all {device_count}"
+        )
+    shown: list[int] = []
+    for entry in entries:
+        if not entry.isdigit():
+            raise InvalidSettingError(
+                f"{variable}={raw!r} is not valid: {entry!r} is not a device index; give {form}"
+            )
+        index = int(entry)
+        if index >= device_count:
+            raise InvalidSettingError(
+                f"{variable}={raw!r} is not valid: device {index} does not exist (this process "
+                f"emulates {device_count} devices, set by {EMULATED_ENV} or install()); give {form}"
+            )
+        if index in shown:
+            raise InvalidSettingError(
+                f"{variable}={raw!r} is not valid: device {index} is listed twice; list each once"
+            )
+        shown.append(index)
+    return tuple(shown)

@@ -32,6 +32,7 @@ __all__ = [
     "get_device_properties",
     "get_rng_state",
     "get_rng_state_all",
+    "init",
     "initial_seed",
     "is_available",
     "is_bf16_supported",
@@ -123,6 +124,13 @@ def _lazy_init() -> None:
     """Nothing to initialise lazily: ``install`` did it."""
 
 
+def init() -> None:
+    """Initialise the device state, as ``torch.cuda.init()``: ``install`` did, so this only
+    checks that it was (idempotent; ``EmulatedDeviceError`` before ``install``)."""
+    _native()
+    _lazy_init()
+
+
 def device_count() -> int:
     """How many emulated devices this process has."""
     return int(_native().device_count())
@@ -193,7 +201,11 @@ def get_device_properties(device: torch.device | str | int | None = None) -> Dev
 
 
 def get_device_capability(device: torch.device | str | int | None = None) -> tuple[int, int]:
-    """``(0, 0)``: no compute capability to report."""
+    """``(major, minor)`` as ``torch.cuda``'s, ``(0, 0)``: the device has no compute capability
+    (code gated on a CUDA capability takes its portable path). ``ValueError`` for a bad index.
+
+    The dtypes it supports are ``torch.accelerator.get_device_capability()``'s: all of the CPU's.
+    """
     _index(device)
     return (0, 0)
 

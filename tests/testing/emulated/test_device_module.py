@@ -41,3 +41,27 @@ def test_the_device_context_restores_the_previous_device() -> None:
     with torch.emu.device("emu:1"):
         assert torch.emu.current_device() == 1
     assert torch.emu.current_device() == 0
+
+
+@on_emulated()
+def test_init_is_there_and_idempotent_as_torch_cuda_init() -> None:
+    torch.emu.init()
+    torch.emu.init()
+    assert torch.emu.is_initialized()
+
+
+@on_emulated()
+def test_the_capability_query_reports_every_dtype_the_cpu_has() -> None:
+    if not hasattr(torch.accelerator, "get_device_capability"):
+        pytest.skip("this torch has no torch.accelerator.get_device_capability")
+    supported = torch.accelerator.get_device_capability("emu:1")["supported_dtypes"]
+    expected = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64]
+    assert all(dtype in supported for dtype in [*expected, torch.complex64, torch.bool])
+    assert torch.accelerator.get_device_capability() == torch.accelerator.get_device_capability(0)
+
+
+@on_emulated()
+def test_the_module_capability_is_a_cuda_style_pair_checked_by_index() -> None:
+    assert torch.emu.get_device_capability() == (0, 0) == torch.emu.get_device_capability("emu:1")
+    with pytest.raises(ValueError, match="Invalid device index 5"):
+        torch.emu.get_device_capability(5)

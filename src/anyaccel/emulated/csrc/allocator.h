@@ -163,14 +163,15 @@ void resize_storage_bytes(c10::StorageImpl* storage, size_t bytes) {
   storage->set_nbytes(bytes);
 }
 
-// Pinned host memory: ordinary host memory this device remembers as page-locked.
+// Pinned host memory: ordinary host memory this device remembers as page-locked, by range, so a
+// pointer inside a pinned block (a storage slice rewrapped with set_) is pinned too, as on CUDA.
 std::mutex g_pinned_mutex;
-std::unordered_set<const void*> g_pinned;
+std::map<uintptr_t, size_t> g_pinned;  // block start -> bytes
 
 void free_pinned(void* data) {
   {
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
-    g_pinned.erase(data);
+    g_pinned.erase(reinterpret_cast<uintptr_t>(data));
   }
   c10::free_cpu(data);
 }
@@ -180,7 +181,7 @@ struct PinnedAllocator final : public c10::Allocator {
     void* data = bytes > 0 ? c10::alloc_cpu(bytes) : nullptr;
     if (data != nullptr) {
       std::lock_guard<std::mutex> lock(g_pinned_mutex);
-      g_pinned.insert(data);
+      g_pinned[reinterpret_cast<uintptr_t>(data)] = bytes;
     }
     return {data, data, &free_pinned, c10::Device(c10::DeviceType::CPU)};
   }
@@ -193,8 +194,12 @@ struct PinnedAllocator final : public c10::Allocator {
 PinnedAllocator g_pinned_allocator;
 
 bool is_pinned_pointer(const void* data) {
+  const auto address = reinterpret_cast<uintptr_t>(data);
   std::lock_guard<std::mutex> lock(g_pinned_mutex);
-  return g_pinned.count(data) > 0;
+  auto block = g_pinned.upper_bound(address);
+  if (block == g_pinned.begin()) return false;
+  --block;
+  return address < block->first + block->second;
 }
 
 }  // namespace

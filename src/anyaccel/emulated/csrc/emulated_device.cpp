@@ -11,7 +11,7 @@
 // One translation unit (torch's headers are most of a build), one header per concern:
 // devices.h (the device table), allocator.h (memory), generator.h, guard.h, hooks.h,
 // host_alias.h, cpu_kernel_ops.h (which ops the fallback takes), fallback.h, kernels.h,
-// autocast.h; here, configuration and the Python face.
+// sparse.h (sparse layouts), autocast.h; here, configuration and the Python face.
 
 #include "allocator.h"
 #include "autocast.h"
@@ -23,6 +23,7 @@
 #include "hooks.h"
 #include "host_alias.h"
 #include "kernels.h"
+#include "sparse.h"
 
 namespace anyaccel {
 namespace emulated {
@@ -47,6 +48,7 @@ void configure(int64_t device_count, int64_t capacity) {
     at::RegisterPrivateUse1HooksInterface(new DeviceHooks());
     register_autocast();
     route_to_cpu_kernels();
+    route_sparse_to_cpu_kernels();
   });
   g_device_count.store(static_cast<int>(device_count));
 }

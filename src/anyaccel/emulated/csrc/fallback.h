@@ -11,6 +11,11 @@ namespace anyaccel {
 namespace emulated {
 namespace {
 
+class Aliases;
+// A CPU sparse result as a device sparse tensor over device parts (defined in sparse.h).
+at::Tensor sparse_device_of(Aliases& aliases, const at::Tensor& result, DeviceIndex index,
+                            std::unordered_map<c10::StorageImpl*, c10::Storage>& adopted);
+
 struct AliasedStorage {
   c10::Storage device;
   c10::Storage host;
@@ -86,7 +91,7 @@ class Aliases {
         return aliased.device;  // in place, or out=: the input itself
       }
     }
-    check_strided(result);
+    if (result.layout() != c10::kStrided) return sparse_device_of(*this, result, index, adopted);
     c10::StorageImpl* storage = result.storage().unsafeGetStorageImpl();
     auto aliased = by_host_.find(storage);
     if (aliased != by_host_.end()) {  // a view of an input

@@ -85,6 +85,12 @@ struct DeviceGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeEvent(void* /*event*/) const override {}
   void recordDataPtrOnStream(const c10::DataPtr& /*data*/, const c10::Stream& /*stream*/) const override {}
   void synchronizeDevice(const DeviceIndex index) const override { check_index(index); }
+  // Every dtype: its memory is the host's and its kernels the CPU's, so each dtype the CPU
+  // allocates and converts, the device does (torch.accelerator.get_device_capability).
+  c10::DeviceCapability getDeviceCapability(c10::Device device) const override {
+    check_index(device.has_index() ? device.index() : t_current_device);
+    return c10::DeviceCapability();
+  }
   double elapsedTime(void* start, void* end, const DeviceIndex /*index*/) const override {
     auto* first = static_cast<DeviceEvent*>(start);
     auto* second = static_cast<DeviceEvent*>(end);
