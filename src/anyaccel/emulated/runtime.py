@@ -96,7 +96,7 @@ def install(spec: EmulatedSpec) -> ModuleType:
         loaded = EmulatedDeviceBuilder().load()
         capacity = -1 if spec.memory_capacity is None else int(spec.memory_capacity)
         allowed = _checked_op_names(os.environ.get(CPU_OPS_ENV, "").split(","), CPU_OPS_ENV)
-        loaded.configure(spec.device_count, capacity)
+        loaded.configure(spec.device_count, capacity, spec.strict_memory)
         loaded.allow_cpu_kernels(allowed)
         record_native(loaded)
         module = _register_torch_names(spec)
