@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <map>
 
 namespace anyaccel {
 namespace emulated {
@@ -30,16 +31,75 @@ size_t page_size() {
   return size;
 }
 
+// Freed mappings kept for reuse, by length (inaccessible, as a GPU allocator's cache is to the
+// host): mapping fresh pages for every tensor costs a page fault per page on first use.
+class PageCache {
+ public:
+  static constexpr size_t kMaxCachedBytes = size_t{1} << 31;
+
+  // An inaccessible mapping of `length` bytes: a cached one, else a new one.
+  void* take(size_t length) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto found = free_.find(length);
+      if (found != free_.end()) {
+        void* data = found->second;
+        free_.erase(found);
+        cached_ -= length;
+        return data;
+      }
+    }
+    void* data = mmap(nullptr, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (data == MAP_FAILED) {  // the cache may hold what the host lacks: give it back, retry
+      release_all();
+      data = mmap(nullptr, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    }
+    TORCH_CHECK(data != MAP_FAILED, "mmap of ", length, " bytes failed: ", std::strerror(errno));
+    return data;
+  }
+
+  void give(void* data, size_t length) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cached_ + length <= kMaxCachedBytes) {
+        free_.emplace(length, data);
+        cached_ += length;
+        return;
+      }
+    }
+    munmap(data, length);
+  }
+
+  void release_all() noexcept {
+    std::multimap<size_t, void*> all;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      all.swap(free_);
+      cached_ = 0;
+    }
+    for (const auto& entry : all) munmap(entry.second, entry.first);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::multimap<size_t, void*> free_;
+  size_t cached_ = 0;
+};
+
+PageCache& page_cache() {
+  static PageCache* cache = new PageCache();  // never destroyed: tensors may outlive statics
+  return *cache;
+}
+
 // One protected allocation: whole pages of its own mapping, and the windows open on it.
 class ProtectedPages {
  public:
-  // Map `bytes` (rounded up to whole pages), inaccessible; c10::Error when the host refuses.
+  // `bytes` rounded up to whole pages, inaccessible; c10::Error when the host refuses.
   explicit ProtectedPages(size_t bytes)
-      : length_((bytes + page_size() - 1) / page_size() * page_size()) {
-    data_ = mmap(nullptr, length_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    TORCH_CHECK(data_ != MAP_FAILED, "mmap of ", length_, " bytes failed: ", std::strerror(errno));
+      : data_(nullptr), length_((bytes + page_size() - 1) / page_size() * page_size()) {
+    data_ = page_cache().take(length_);
   }
-  ~ProtectedPages() { munmap(data_, length_); }
+  ~ProtectedPages() { page_cache().give(data_, length_); }
   ProtectedPages(const ProtectedPages&) = delete;
   ProtectedPages& operator=(const ProtectedPages&) = delete;
 
