@@ -138,8 +138,8 @@ def _parse_setting(raw: str) -> EmulatedSpec:
         raise ValueError(f"it names the type {parts[0]!r} but no count (add ':<count>')")
     if len(parts) > 3:
         raise ValueError(
-            f"it has {len(parts)} ':'-separated parts before the optional "
-            f"{STRICT_MEMORY_FLAG!r}, at most 3 are read"
+            f"it has {len(parts)} ':'-separated parts, at most 3 are read (and a last "
+            f"{STRICT_MEMORY_FLAG!r})"
         )
     device_type, count_text = parts[0], parts[1]
     if not count_text.isdigit():

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from anyaccel.emulated.spec import EmulatedSpec, spec_from_environment
+from anyaccel.errors import InvalidSettingError
 
 from .worker import on_emulated, run_python
 
@@ -92,6 +93,14 @@ def test_the_environment_spec_takes_a_strict_memory_field(monkeypatch: pytest.Mo
     assert spec_from_environment() == EmulatedSpec("npu", 2, 8 << 30, True)
     monkeypatch.setenv("ANYACCEL_EMULATED", "npu:2:8GiB")
     assert spec_from_environment().strict_memory is False
+
+
+def test_a_strict_memory_field_after_too_many_parts_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ANYACCEL_EMULATED", "npu:2:8GiB:x:strict_memory")
+    with pytest.raises(InvalidSettingError, match=r"4 ':'-separated parts.*'strict_memory'"):
+        spec_from_environment()
 
 
 def test_a_spec_refuses_a_strict_memory_that_is_not_a_bool() -> None:
