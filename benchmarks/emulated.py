@@ -1,10 +1,13 @@
 """Training-step time on the emulated device vs on the CPU: the fallback's overhead, as a ratio.
 
 Run: ``python benchmarks/emulated.py [--quick]``. The same model, data and optimizer step run on
-``cpu`` and on ``emu:0`` (anyaccel.testing.emulated), interleaved step by step so background load
-hits both alike; the ratio is the emulated median over the CPU median (the goal is <= 1.5x: the
-kernels are the same, so the ratio is the cost of wrapping every op). Models: an MLP of about
-10M parameters, and GPT-2-small-shaped transformer blocks (d_model 768, 12 heads, MLP 3072).
+``cpu``, on ``emu:0`` (anyaccel.testing.emulated) and on ``emu:0`` with strict memory (device
+memory protected outside kernels: an mprotect per tensor per op, a copy of each CPU kernel's
+result into protected pages), interleaved step by step so background load hits all alike; the
+ratios are the emulated medians over the CPU median (the goal is <= 1.5x: the kernels are the
+same, so the ratio is the cost of wrapping every op). Strict memory is switched per step (each
+allocation stays as it was made), so the three run in one process. Models: an MLP of about 10M
+parameters, and GPT-2-small-shaped transformer blocks (d_model 768, 12 heads, MLP 3072).
 """
 
 from __future__ import annotations
@@ -52,20 +55,30 @@ def gpt2_blocks(count: int) -> Factory:
     return make
 
 
-def stepper(factory: Factory, device: str) -> Callable[[], None]:
-    """One training step (forward, MSE loss, backward, AdamW) of a fresh seeded model."""
+def stepper(factory: Factory, device: str, strict: bool = False) -> Callable[[], None]:
+    """One training step (forward, MSE loss, backward, AdamW) of a fresh seeded model; ``strict``:
+    its device memory (model, optimizer state, activations) allocated with strict memory."""
+    from anyaccel.emulated.runtime import native
+
+    switch = native().set_strict_memory if device != "cpu" else (lambda on: None)
+    switch(strict)
     torch.manual_seed(0)
     model, inputs, targets = factory()
     model = model.to(device)
     inputs, targets = inputs.to(device), targets.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    switch(False)
 
     def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.mse_loss(model(inputs), targets)
-        loss.backward()
-        optimizer.step()
-        loss.item()
+        switch(strict)
+        try:
+            optimizer.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.mse_loss(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            loss.item()
+        finally:
+            switch(False)
 
     return step
 
@@ -103,16 +116,22 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {repeats} steps each\n")
-    print("| model | parameters | cpu ms/step | emu ms/step | ratio emu/cpu |")
-    print("|---|---|---|---|---|")
+    print(
+        "| model | parameters | cpu ms/step | emu ms/step | ratio emu/cpu "
+        "| strict ms/step | ratio strict/cpu | ratio strict/emu |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for label, factory, parameters in models:
-        figures = median_ms(
-            {"cpu": stepper(factory, "cpu"), "emu": stepper(factory, "emu:0")}, repeats
-        )
-        ratio = figures["emu"] / figures["cpu"]
+        steps = {
+            "cpu": stepper(factory, "cpu"),
+            "emu": stepper(factory, "emu:0"),
+            "strict": stepper(factory, "emu:0", strict=True),
+        }
+        figures = median_ms(steps, repeats)
+        cpu, emu, strict = figures["cpu"], figures["emu"], figures["strict"]
         print(
-            f"| {label} | {parameters / 1e6:.1f}M | {figures['cpu']:.1f} | {figures['emu']:.1f} "
-            f"| {ratio:.2f}x |"
+            f"| {label} | {parameters / 1e6:.1f}M | {cpu:.1f} | {emu:.1f} | {emu / cpu:.2f}x "
+            f"| {strict:.1f} | {strict / cpu:.2f}x | {strict / emu:.2f}x |"
         )
     return 0
 

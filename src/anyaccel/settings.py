@@ -29,7 +29,8 @@ __all__ = [
     "read_on_off",
 ]
 
-#: The emulated device to install, ``<type>:<count>[:<capacity>]`` (``"npu:4:2GiB"``).
+#: The emulated device to install, ``<type>:<count>[:<capacity>][:strict_memory]``
+#: (``"npu:4:2GiB"``; ``strict_memory``: device memory out of the host's reach).
 EMULATED_ENV = "ANYACCEL_EMULATED"
 #: The simulated vendor runtime a starting interpreter enters (``anyaccel.testing.simulated``).
 SIMULATED_ENV = "ANYACCEL_SIMULATED"

@@ -81,7 +81,8 @@ def test_a_backend_class_that_cannot_be_built_is_named_with_the_remedy(
 
 
 # --- real ranks: every collective through the backend against gloo ----------------------------
-#: argv: device type ("cpu": the c10d class registered for CPU tensors under a test name), name.
+#: argv: device type ("cpu": the c10d class registered for CPU tensors under a test name), name,
+#: and optionally "strict_memory" (device memory closed to the host outside kernels).
 AGAINST_GLOO = textwrap.dedent(
     """
     import json, os, sys
@@ -95,7 +96,8 @@ AGAINST_GLOO = textwrap.dedent(
         dev = torch.device("cpu")
     else:
         from anyaccel.testing.emulated import install
-        install(device_type=device_type, device_count=size)
+        install(device_type=device_type, device_count=size,
+                strict_memory=sys.argv[3:] == ["strict_memory"])
         dev = torch.device(device_type, rank)
     dist.init_process_group(name, timeout=timedelta(seconds=60))
     world = dist.group.WORLD
@@ -292,6 +294,17 @@ def test_standing_in_for_npu_every_collective_and_ddp_on_hccl_give_gloos_results
         assert result["mixed"] == [
             "ProcessGroupGloo", "HostViewBackend", [2.0, 2.0, 2.0], [2.0, 2.0, 2.0]
         ]  # fmt: skip
+
+
+@multiprocess
+@needs_emulated_device
+def test_in_strict_memory_every_collective_and_ddp_give_gloos_results() -> None:
+    """The backend reads device memory through the device's host view, which opens it."""
+    outputs = finish(start_ranks(AGAINST_GLOO, 2, "npu", "hccl", "strict_memory"))
+    for rank, out in enumerate(outputs):
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["failures"] == [], result  # DDP's losses among them, bit for bit
+        assert result["checks"] == (25 if rank == 0 else 24)
 
 
 #: DS_ACCELERATOR=emulated: the accelerator names its backend, which torch knows at once.

@@ -77,6 +77,20 @@ def test_the_option_installs_the_devices_before_collection(user_session: pytest.
 
 
 @needs_emulated_device
+def test_the_option_turns_strict_memory_on(user_session: pytest.Pytester) -> None:
+    user_session.makepyfile(
+        test_strict="from anyaccel.emulated.runtime import native\n"
+        "def test_strict():\n"
+        "    print('STRICT', native().strict_memory())\n"
+    )
+    result = user_session.runpytest_subprocess(
+        *PLUGIN, "-s", "--anyaccel-emulated=npu:1:strict_memory", "test_strict.py", timeout=600
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*STRICT True*"])
+
+
+@needs_emulated_device
 def test_the_readme_reset_fixture_keeps_the_sessions_devices(user_session: pytest.Pytester) -> None:
     user_session.makeconftest(
         "import anyaccel, pytest\n"

@@ -175,16 +175,19 @@ def install(
     device_type: str = DEFAULT_DEVICE_TYPE,
     device_count: int = 2,
     memory_capacity: int | str | None = None,
+    strict_memory: bool = False,
 ) -> EmulatedAccelerator:
     """Install ``device_count`` emulated devices named ``device_type`` and return their accelerator.
 
     ``memory_capacity`` caps each device (bytes, or a size such as ``"2GiB"``); beyond it an
-    allocation raises ``torch.OutOfMemoryError``. Idempotent for the same arguments. Raises
-    ``ValueError`` for a bad argument and ``EmulatedDeviceError`` when torch is older than
-    ``MINIMUM_TORCH``, when PrivateUse1 already belongs to another name in this process, or
-    when this process installed other arguments. ``get_accelerator()`` then chooses these
-    devices in this process, after ``reset_accelerator()`` too (they stay installed), unless
-    ``DS_ACCELERATOR`` names another backend.
+    allocation raises ``torch.OutOfMemoryError``. ``strict_memory`` keeps device memory out of
+    the host's reach outside the device's kernels: a host library reading a device tensor's
+    ``data_ptr()`` dies with SIGSEGV, as on a GPU (docs/emulated.md). Idempotent for the same
+    arguments. Raises ``ValueError`` for a bad argument and ``EmulatedDeviceError`` when torch is
+    older than ``MINIMUM_TORCH``, when PrivateUse1 already belongs to another name in this
+    process, or when this process installed other arguments. ``get_accelerator()`` then chooses
+    these devices in this process, after ``reset_accelerator()`` too (they stay installed),
+    unless ``DS_ACCELERATOR`` names another backend.
     """
-    spec = EmulatedSpec(device_type, device_count, parse_capacity(memory_capacity))
+    spec = EmulatedSpec(device_type, device_count, parse_capacity(memory_capacity), strict_memory)
     return EmulatedAccelerator(spec)

@@ -101,7 +101,7 @@ def install(spec: EmulatedSpec, visible_env: str | None = None) -> ModuleType:
         loaded = EmulatedDeviceBuilder().load()
         capacity = -1 if spec.memory_capacity is None else int(spec.memory_capacity)
         allowed = _checked_op_names(os.environ.get(CPU_OPS_ENV, "").split(","), CPU_OPS_ENV)
-        loaded.configure(len(shown), capacity)
+        loaded.configure(len(shown), capacity, spec.strict_memory)
         loaded.allow_cpu_kernels(allowed)
         record_native(loaded)
         module = _register_torch_names(spec)

@@ -1,5 +1,5 @@
-"""What an emulated device is: its type name, how many, how much memory; read from arguments or
-``ANYACCEL_EMULATED``."""
+"""What an emulated device is: its type name, how many, how much memory, whether its memory is
+strict; read from arguments or ``ANYACCEL_EMULATED``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from anyaccel.settings import EMULATED_ENV
 __all__ = [
     "DEFAULT_DEVICE_TYPE",
     "EMULATED_ENV",
+    "STRICT_MEMORY_FLAG",
     "EmulatedSpec",
     "parse_capacity",
     "spec_from_environment",
@@ -26,7 +27,13 @@ DEFAULT_DEVICE_TYPE = "emu"
 #: it to the compiler, so this is its one definition).
 MAX_DEVICES = 64
 
-_FORMAT = "<type>:<count>[:<capacity>], e.g. 'emu:2' or 'npu:8:16GiB'"
+#: The ``ANYACCEL_EMULATED`` field that turns strict memory on (``npu:2:strict_memory``).
+STRICT_MEMORY_FLAG = "strict_memory"
+
+_FORMAT = (
+    f"<type>:<count>[:<capacity>][:{STRICT_MEMORY_FLAG}], e.g. 'emu:2', 'npu:8:16GiB' or "
+    f"'npu:2:{STRICT_MEMORY_FLAG}'"
+)
 _UNITS = {
     "": 1,
     "b": 1,
@@ -77,11 +84,13 @@ def parse_capacity(value: int | str | None) -> int | None:
 
 @dataclass(frozen=True)
 class EmulatedSpec:
-    """One process's emulated devices: the type torch will call them, their count and capacity."""
+    """One process's emulated devices: the type torch will call them, their count and capacity,
+    and whether their memory is out of the host's reach outside the device's kernels."""
 
     device_type: str = DEFAULT_DEVICE_TYPE
     device_count: int = 2
     memory_capacity: int | None = None
+    strict_memory: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.device_type, str) or not _TYPE.match(self.device_type):
@@ -99,6 +108,8 @@ class EmulatedSpec:
             raise ValueError(f"device count {count!r} must be an int from 1 to {MAX_DEVICES}")
         if self.memory_capacity is not None:
             parse_capacity(self.memory_capacity)
+        if not isinstance(self.strict_memory, bool):
+            raise ValueError(f"strict_memory {self.strict_memory!r} must be True or False")
 
 
 def spec_from_environment() -> EmulatedSpec:
@@ -119,12 +130,19 @@ def spec_from_environment() -> EmulatedSpec:
 
 
 def _parse_setting(raw: str) -> EmulatedSpec:
-    """``<type>:<count>[:<capacity>]`` as a spec; ``ValueError`` names the part that is wrong."""
+    """``<type>:<count>[:<capacity>][:strict_memory]`` as a spec; ``ValueError`` names the part
+    that is wrong."""
     parts = [part.strip() for part in raw.split(":")]
+    strict = len(parts) > 2 and parts[-1].lower() == STRICT_MEMORY_FLAG
+    if strict:
+        parts = parts[:-1]
     if len(parts) == 1:
         raise ValueError(f"it names the type {parts[0]!r} but no count (add ':<count>')")
     if len(parts) > 3:
-        raise ValueError(f"it has {len(parts)} ':'-separated parts, at most 3 are read")
+        raise ValueError(
+            f"it has {len(parts)} ':'-separated parts, at most 3 are read (and a last "
+            f"{STRICT_MEMORY_FLAG!r})"
+        )
     device_type, count_text = parts[0], parts[1]
     if not count_text.isdigit():
         raise ValueError(
@@ -132,7 +150,7 @@ def _parse_setting(raw: str) -> EmulatedSpec:
             f"1 to {MAX_DEVICES}"
         )
     capacity = parse_capacity(parts[2]) if len(parts) == 3 else None
-    return EmulatedSpec(device_type, int(count_text), capacity)
+    return EmulatedSpec(device_type, int(count_text), capacity, strict)
 
 
 def visible_devices_env(device_type: str) -> str:

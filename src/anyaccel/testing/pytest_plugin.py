@@ -54,7 +54,7 @@ __all__ = [
 EMULATED_OPTION = "--anyaccel-emulated"
 #: The ini key (pytest.ini, pyproject.toml's [tool.pytest.ini_options]) that does the same.
 EMULATED_INI = "anyaccel_emulated"
-_SPEC_HELP = "TYPE:COUNT[:CAPACITY], e.g. npu:2 or emu:2:8GiB"
+_SPEC_HELP = "TYPE:COUNT[:CAPACITY][:strict_memory], e.g. npu:2, emu:2:8GiB or npu:2:strict_memory"
 #: The environment the choice travels in (read by get_accelerator(), here and in subprocesses).
 _FORCE_ENV, _FORCE_VALUE, _SPEC_ENV = FORCE_ENV, "emulated", EMULATED_ENV
 _emulated_key = pytest.StashKey[str]()
@@ -66,7 +66,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         EMULATED_OPTION,
         dest="anyaccel_emulated",
         default=None,
-        metavar="TYPE:COUNT[:CAPACITY]",
+        metavar="TYPE:COUNT[:CAPACITY][:strict_memory]",
         help="run the session on emulated accelerators, the ones get_accelerator() returns "
         f"({_SPEC_HELP}); also the {EMULATED_INI} ini key",
     )
@@ -112,7 +112,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
     try:  # installed here, not under detection's time limit: a first use builds the device
         chosen = spec_from_environment()
-        accelerator = install(chosen.device_type, chosen.device_count, chosen.memory_capacity)
+        accelerator = install(
+            chosen.device_type, chosen.device_count, chosen.memory_capacity, chosen.strict_memory
+        )
     except Exception as exc:
         raise pytest.UsageError(
             f"{EMULATED_OPTION}={spec or os.environ.get(_SPEC_ENV, '')!r} cannot run: {exc}"

@@ -25,6 +25,8 @@ from typing import Any
 IN_WORKER_ENV = "ANYACCEL_EMULATED_TEST_WORKER"
 #: Seconds a worker may take to start (import torch, load or build the native core).
 START_TIMEOUT = 600.0
+#: Set to 1 to run every ``@on_emulated`` test with strict memory (unless the test chooses).
+STRICT_MEMORY_ENV = "ANYACCEL_TEST_STRICT_MEMORY"
 
 _WORKER = r"""
 import importlib, json, os, sys, traceback
@@ -112,12 +114,17 @@ def on_emulated(
     device_count: int = 2,
     memory_capacity: int | str | None = None,
     timeout: float = 120.0,
+    strict_memory: bool | None = None,
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Run the decorated test in a worker that installed these emulated devices."""
+    """Run the decorated test in a worker that installed these emulated devices (strict memory:
+    as asked, else as ``ANYACCEL_TEST_STRICT_MEMORY=1`` says)."""
+    if strict_memory is None:
+        strict_memory = os.environ.get(STRICT_MEMORY_ENV, "") == "1"
     config = {
         "device_type": device_type,
         "device_count": device_count,
         "memory_capacity": memory_capacity,
+        "strict_memory": strict_memory,
     }
     key = json.dumps(config, sort_keys=True)
 

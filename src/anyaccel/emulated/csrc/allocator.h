@@ -1,9 +1,11 @@
 // Device memory: host memory counted per device (and optionally capped, with CUDA's
-// out-of-memory error), its allocators, storage resizing, and pinned host memory.
+// out-of-memory error), its allocators, storage resizing, and pinned host memory. In strict
+// memory mode each allocation is protected pages (memory_protection.h).
 // Compiled through emulated_device.cpp.
 #pragma once
 
 #include "devices.h"
+#include "memory_protection.h"
 
 namespace anyaccel {
 namespace emulated {
@@ -76,16 +78,26 @@ struct Allocation {
   size_t bytes;
   void* data;
   at::DataPtr adopted;  // set when the memory came from a CPU result (it frees it)
+  std::shared_ptr<ProtectedPages> pages;  // strict memory: the pages (unmapped by the last owner)
 };
 
 void free_allocation(void* context) {
   auto* allocation = static_cast<Allocation*>(context);
   release_bytes(allocation->device, allocation->bytes);
-  if (!allocation->adopted) {
+  if (!allocation->adopted && !allocation->pages) {
     c10::free_cpu(allocation->data);
   }
-  delete allocation;  // an adopted DataPtr frees its memory here
+  delete allocation;  // an adopted DataPtr frees its memory here, protected pages are unmapped
 }
+
+// The protected pages behind a device DataPtr (null: memory the host may touch).
+std::shared_ptr<ProtectedPages> pages_of(const at::DataPtr& data) {
+  if (data.get_deleter() != &free_allocation) return nullptr;
+  return static_cast<const Allocation*>(data.get_context())->pages;
+}
+
+// A window on a device storage's memory, for a kernel's host code.
+MemoryWindow window_on(const at::DataPtr& data) { return MemoryWindow(pages_of(data)); }
 
 // The host could not back an allocation: torch.OutOfMemoryError, as a GPU's allocator raises
 // when the device is full (never the host allocator's RuntimeError).
@@ -106,9 +118,15 @@ void free_allocation(void* context) {
 at::DataPtr allocate_on(DeviceIndex index, size_t bytes) {
   reserve(index, bytes);
   void* data = nullptr;
+  std::shared_ptr<ProtectedPages> pages;
   if (bytes > 0) {
     try {
-      data = c10::alloc_cpu(bytes);
+      if (strict_memory()) {
+        pages = std::make_shared<ProtectedPages>(bytes);
+        data = pages->data();
+      } else {
+        data = c10::alloc_cpu(bytes);
+      }
     } catch (const c10::Error& error) {
       release_bytes(index, bytes);
       host_out_of_memory(index, bytes, error);
@@ -117,16 +135,34 @@ at::DataPtr allocate_on(DeviceIndex index, size_t bytes) {
       throw;
     }
   }
-  auto* allocation = new Allocation{index, bytes, data, at::DataPtr()};
+  auto* allocation = new Allocation{index, bytes, data, at::DataPtr(), std::move(pages)};
   return {data, allocation, &free_allocation, c10::Device(kDevice, index)};
 }
 
-// Host memory from a CPU DataPtr becomes device memory of `index`, counted there.
-at::DataPtr adopt(DeviceIndex index, at::DataPtr host, size_t bytes) {
+// `bytes` of host memory copied into a new allocation of device `index`.
+at::DataPtr copy_to_device(DeviceIndex index, const void* source, size_t bytes) {
+  at::DataPtr data = allocate_on(index, bytes);
+  if (bytes > 0) {
+    MemoryWindow window = window_on(data);
+    std::memcpy(data.get(), source, bytes);
+  }
+  return data;
+}
+
+// Host memory from a CPU DataPtr becomes device memory of `index` and is counted there; it
+// stays host memory the host may touch (device_tensor_from_host shares it with a CPU tensor).
+at::DataPtr share_host_memory(DeviceIndex index, at::DataPtr host, size_t bytes) {
   reserve(index, bytes);
   void* data = host.get();
-  auto* allocation = new Allocation{index, bytes, data, std::move(host)};
+  auto* allocation = new Allocation{index, bytes, data, std::move(host), nullptr};
   return {data, allocation, &free_allocation, c10::Device(kDevice, index)};
+}
+
+// A CPU kernel's result becomes device memory of `index`: taken over, or in strict memory mode
+// copied into protected pages (the host allocator's memory cannot be protected page by page).
+at::DataPtr adopt(DeviceIndex index, at::DataPtr host, size_t bytes) {
+  if (strict_memory()) return copy_to_device(index, host.get(), bytes);
+  return share_host_memory(index, std::move(host), bytes);
 }
 
 struct DeviceAllocator final : public c10::Allocator {
@@ -157,6 +193,8 @@ void resize_storage_bytes(c10::StorageImpl* storage, size_t bytes) {
   at::DataPtr fresh = allocate_on(index, bytes);
   const size_t kept = std::min(bytes, storage->nbytes());
   if (kept > 0 && storage->data() != nullptr) {
+    MemoryWindow to = window_on(fresh);
+    MemoryWindow from = window_on(storage->data_ptr());
     std::memcpy(fresh.get(), storage->data(), kept);
   }
   storage->set_data_ptr_noswap(std::move(fresh));

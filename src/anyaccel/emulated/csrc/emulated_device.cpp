@@ -9,7 +9,8 @@
 // PrivateUse1 hooks, a GeneratorImpl.
 //
 // One translation unit (torch's headers are most of a build), one header per concern:
-// devices.h (the device table), allocator.h (memory), generator.h, guard.h, hooks.h,
+// devices.h (the device table), allocator.h (memory), memory_protection.h (strict memory:
+// device memory the host cannot touch outside kernels), generator.h, guard.h, hooks.h,
 // host_alias.h, cpu_kernel_ops.h (which ops the fallback takes), fallback.h, kernels.h,
 // sparse.h (sparse layouts), autocast.h; here, configuration and the Python face.
 
@@ -32,7 +33,7 @@ namespace {
 std::once_flag g_hooks_once;
 
 // Called once, by anyaccel.emulated.runtime.install (which holds the rules and their messages).
-void configure(int64_t device_count, int64_t capacity) {
+void configure(int64_t device_count, int64_t capacity, bool strict) {
   TORCH_CHECK(device_count >= 1 && device_count <= kMaxDevices, "device_count must be 1..",
               kMaxDevices, ", got ", device_count);
   TORCH_CHECK(g_device_count.load() == 0,
@@ -43,6 +44,7 @@ void configure(int64_t device_count, int64_t capacity) {
     default_generators().push_back(
         at::make_generator<DeviceGeneratorImpl>(static_cast<DeviceIndex>(index)));
   }
+  g_strict_memory.store(strict);
   c10::SetAllocator(kDevice, &g_current_allocator);
   std::call_once(g_hooks_once, [] {
     at::RegisterPrivateUse1HooksInterface(new DeviceHooks());
@@ -114,13 +116,23 @@ bool is_pinned_address(int64_t address) {
   return is_pinned_pointer(reinterpret_cast<const void*>(address));
 }
 
+// The host view as an op, for the device's collective backend (another extension): a CPU
+// tensor over a device tensor's memory that keeps it open to the host while it lives.
+TORCH_LIBRARY(anyaccel_emulated, m) { m.def("host_view(Tensor self) -> Tensor"); }
+
+TORCH_LIBRARY_IMPL(anyaccel_emulated, PrivateUse1, m) { m.impl("host_view", TORCH_FN(host_view)); }
+
 }  // namespace
 }  // namespace emulated
 }  // namespace anyaccel
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   namespace emulated = anyaccel::emulated;
-  m.def("configure", &emulated::configure, "Set the device count and each device's capacity (-1: none)");
+  m.def("configure", &emulated::configure,
+        "Set the device count, each device's capacity (-1: none) and strict memory");
+  m.def("strict_memory", &emulated::strict_memory);
+  m.def("set_strict_memory", [](bool strict) { emulated::g_strict_memory.store(strict); },
+        "Protect the allocations made from now on (or not); for measuring its cost");
   m.def("device_count", [] { return emulated::g_device_count.load(); });
   m.def("set_capacity", &emulated::set_capacity);
   m.def("memory_counters", &emulated::memory_counters);

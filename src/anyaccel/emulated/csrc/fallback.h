@@ -64,8 +64,7 @@ class Aliases {
           adopt(owner >= 0 ? owner : index, std::move(moved), bytes));
       aliased.device.unsafeGetStorageImpl()->set_nbytes(bytes);
       // the host storage now aliases the new device memory, for results that point at it
-      host->set_data_ptr_noswap(at::DataPtr(aliased.device.data_ptr().get(), host_holder(aliased.device),
-                                            &drop_storage_reference, c10::Device(c10::DeviceType::CPU)));
+      host->set_data_ptr_noswap(host_data_of(aliased.device));
     }
     for (AliasedTensor& aliased : tensors_) {
       const at::Tensor& host = aliased.host;
@@ -105,8 +104,6 @@ class Aliases {
   }
 
  private:
-  static c10::Storage* host_holder(const c10::Storage& device) { return new c10::Storage(device); }
-
   // A new CPU result's memory becomes device memory: taken over when only the results hold it,
   // copied otherwise.
   static c10::Storage adopt_storage(const at::Tensor& result, DeviceIndex index,
@@ -120,8 +117,7 @@ class Aliases {
       data = adopt(index, storage->set_data_ptr(at::DataPtr()), bytes);
       storage->set_nbytes(0);
     } else {
-      data = allocate_on(index, bytes);
-      if (bytes > 0) std::memcpy(data.get(), storage->data(), bytes);
+      data = copy_to_device(index, storage->data(), bytes);
     }
     return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
         c10::StorageImpl::use_byte_size_t(), bytes, std::move(data), &g_allocators[index],

@@ -29,11 +29,28 @@ at::Tensor with_geometry(c10::Storage storage, c10::DispatchKey key, const at::T
 
 void drop_storage_reference(void* context) { delete static_cast<c10::Storage*>(context); }
 
-// A CPU storage over a device storage's memory; it keeps the device storage alive.
+// What a host alias holds: the device storage, alive, and a window on its memory (strict
+// memory mode: the host may touch it while an alias lives).
+struct HostAliasHold {
+  explicit HostAliasHold(const c10::Storage& storage)
+      : device(storage), window(pages_of(storage.data_ptr())) {}
+  c10::Storage device;
+  MemoryWindow window;
+};
+
+void drop_host_alias(void* context) { delete static_cast<HostAliasHold*>(context); }
+
+// A CPU DataPtr over a device storage's memory, holding the storage and a window on it.
+at::DataPtr host_data_of(const c10::Storage& device_storage) {
+  return at::DataPtr(const_cast<void*>(device_storage.data_ptr().get()),
+                     new HostAliasHold(device_storage), &drop_host_alias,
+                     c10::Device(c10::DeviceType::CPU));
+}
+
+// A CPU storage over a device storage's memory; it keeps the device storage alive (and, in
+// strict memory mode, its memory open to the host).
 c10::Storage host_storage_of(const c10::Storage& device_storage) {
-  auto* holder = new c10::Storage(device_storage);
-  at::DataPtr data(const_cast<void*>(device_storage.data_ptr().get()), holder,
-                   &drop_storage_reference, c10::Device(c10::DeviceType::CPU));
+  at::DataPtr data = host_data_of(device_storage);
   return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), device_storage.nbytes(), std::move(data),
       c10::GetCPUAllocator(), /*resizable=*/true));
@@ -61,7 +78,8 @@ at::Tensor device_tensor_from_host(const at::Tensor& host, int64_t index) {
   auto* holder = new c10::Storage(storage);
   at::DataPtr kept(const_cast<void*>(storage.data_ptr().get()), holder, &drop_storage_reference,
                    c10::Device(c10::DeviceType::CPU));
-  at::DataPtr device_data = adopt(static_cast<DeviceIndex>(index), std::move(kept), storage.nbytes());
+  at::DataPtr device_data =
+      share_host_memory(static_cast<DeviceIndex>(index), std::move(kept), storage.nbytes());
   c10::Storage device_storage(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), storage.nbytes(), std::move(device_data),
       &g_allocators[index], /*resizable=*/false));

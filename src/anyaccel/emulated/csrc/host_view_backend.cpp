@@ -14,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 
 #include "ddp_timer.h"
@@ -329,6 +330,15 @@ class HostViewBackend : public Backend {
                 " has layout ", tensor.layout(), "; the emulated ", device_name_,
                 " collectives take dense (strided) tensors");
     if (!placement_checked_.load(std::memory_order_acquire)) check_placement(op, tensor);
+    // The device's own host view keeps strict device memory open while the view lives.
+    if (device_type_ != c10::DeviceType::CPU) {
+      const auto device_view =
+          c10::Dispatcher::singleton().findSchema({"anyaccel_emulated::host_view", ""});
+      if (device_view.has_value()) {
+        return device_view->typed<at::Tensor(const at::Tensor&)>().redispatch(
+            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), tensor);
+      }
+    }
     c10::Storage storage = tensor.storage();
     return at::from_blob(
         tensor.data_ptr(), tensor.sizes(), tensor.strides(), [storage](void*) {},
