@@ -10,6 +10,7 @@
 //
 // One translation unit (torch's headers are most of a build), one header per concern:
 // devices.h (the device table), allocator.h (memory), generator.h, guard.h, hooks.h,
+// deferred_copies.h (device-to-host copies landing at a synchronization),
 // host_alias.h, cpu_kernel_ops.h (which ops the fallback takes), fallback.h, kernels.h,
 // autocast.h; here, configuration and the Python face.
 
@@ -97,8 +98,12 @@ void set_device(int64_t index) {
 
 int64_t current_stream_id(int64_t index) {
   check_index(index);
-  auto found = t_current_stream.find(static_cast<DeviceIndex>(index));
-  return found == t_current_stream.end() ? 0 : found->second;
+  return current_stream_of(static_cast<DeviceIndex>(index));
+}
+
+void synchronize(int64_t index) {
+  check_index(index);
+  synchronize_device(static_cast<DeviceIndex>(index));
 }
 
 void set_current_stream(int64_t index, int64_t stream_id) {
@@ -127,6 +132,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("current_device", &emulated::current_device);
   m.def("set_device", &emulated::set_device);
   m.def("current_stream_id", &emulated::current_stream_id);
+  m.def("synchronize", &emulated::synchronize, "Land the device's queued copies into host memory");
+  m.def("queued_copies", &emulated::queued_copies, "Copies into host memory not landed yet");
   m.def("set_current_stream", &emulated::set_current_stream);
   m.def("host_view", &emulated::host_view);
   m.def("device_tensor_from_host", &emulated::device_tensor_from_host);
