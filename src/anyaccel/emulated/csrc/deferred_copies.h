@@ -8,7 +8,9 @@
 // blocking copy between host and device (and .item()) on that stream, or a later copy that reads
 // or writes the same host memory. A wait on an event (wait_event, wait_stream) carries the
 // waited copies into the waiting stream's queue. Copies into pageable memory stay immediate:
-// CUDA completes them before the call returns. Compiled through emulated_device.cpp.
+// CUDA completes a device-to-pageable copy before the call returns. docs/emulated.md ("Reading
+// before the device is done") lists what this catches and what not. Compiled through
+// emulated_device.cpp.
 #pragma once
 
 #include "allocator.h"
@@ -167,8 +169,10 @@ bool order_host_copy(const at::Tensor& destination, const at::Tensor& device_sou
       enqueue_locked(std::move(copy));
       return true;
     }
-    // Into pageable memory CUDA returns once the copy is done, so the work before it is done.
-    synchronize_stream(device, stream);
+    // A blocking copy syncs its stream (torch's memcpy_and_sync). A non_blocking one into
+    // pageable memory is done on return, but CUDA only says it "might be synchronous" with
+    // the host, so the copies queued before it stay queued.
+    if (!non_blocking) synchronize_stream(device, stream);
     land_copies_into(destination);
   } else if (to_device) {
     land_copies_into(source);  // it reads host memory a queued copy writes
