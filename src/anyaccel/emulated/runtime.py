@@ -104,6 +104,9 @@ def install(spec: EmulatedSpec) -> ModuleType:
         from anyaccel.emulated.shutdown import register_exit_drain
 
         register_exit_drain(spec.device_type, spec.device_count)  # see its module: no abort
+        from anyaccel.emulated.stream_sanitizer import enable_from_environment
+
+        enable_from_environment()
         return module
 
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "allocator.h"
+#include "stream_clocks.h"
 
 #include <deque>
 #include <limits>
@@ -172,13 +173,18 @@ bool order_host_copy(const at::Tensor& destination, const at::Tensor& device_sou
     // A blocking copy syncs its stream (torch's memcpy_and_sync). A non_blocking one into
     // pageable memory is done on return, but CUDA only says it "might be synchronous" with
     // the host, so the copies queued before it stay queued.
-    if (!non_blocking) synchronize_stream(device, stream);
+    if (!non_blocking) {
+      synchronize_stream(device, stream);
+      host_waits(clock_of(device, stream));
+    }
     land_copies_into(destination);
   } else if (to_device) {
     land_copies_into(source);  // it reads host memory a queued copy writes
     if (!non_blocking) {
       const DeviceIndex device = destination.device().index();
-      synchronize_stream(device, current_stream_of(device));  // a blocking copy syncs its stream
+      const c10::StreamId stream = current_stream_of(device);
+      synchronize_stream(device, stream);  // a blocking copy syncs its stream
+      host_waits(clock_of(device, stream));
     }
   }
   return false;

@@ -4,6 +4,7 @@
 
 #include "deferred_copies.h"
 #include "devices.h"
+#include "stream_clocks.h"
 
 namespace anyaccel {
 namespace emulated {
@@ -24,6 +25,7 @@ struct DeviceEvent {
   std::chrono::steady_clock::time_point when;
   c10::StreamId stream = 0;  // where it was recorded, and after which queued work
   uint64_t position = 0;
+  StreamClock clock;  // its stream's clock at record (with the stream sanitizer on)
 };
 
 // The host has waited for `event`: the copies queued before it on its stream land.
@@ -31,6 +33,7 @@ void synchronize_event(void* event) {
   auto* waited = static_cast<DeviceEvent*>(event);
   if (waited != nullptr && waited->recorded) {
     synchronize_stream(waited->device, waited->stream, waited->position);
+    host_waits(waited->clock);
   }
 }
 
@@ -92,10 +95,12 @@ struct DeviceGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     recorded->when = std::chrono::steady_clock::now();  // work before it has finished: synchronous
     recorded->stream = stream.id();
     recorded->position = stream_position();
+    recorded->clock = clock_of(stream.device_index(), stream.id());
   }
   void block(void* event, const c10::Stream& stream) const override {
     auto* waited = static_cast<DeviceEvent*>(event);
     if (waited == nullptr || !waited->recorded) return;
+    stream_waits(stream.device_index(), stream.id(), waited->clock);
     wait_on(stream.device_index(), stream.id(), waited->device, waited->stream, waited->position);
   }
   // Done, as all work is; the host may read what the event covers, so its copies land.
@@ -112,12 +117,14 @@ struct DeviceGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void synchronizeStream(const c10::Stream& stream) const override {
     synchronize_stream(stream.device_index(), stream.id());
+    host_waits(clock_of(stream.device_index(), stream.id()));
   }
   void synchronizeEvent(void* event) const override { synchronize_event(event); }
   void recordDataPtrOnStream(const c10::DataPtr& /*data*/, const c10::Stream& /*stream*/) const override {}
   void synchronizeDevice(const DeviceIndex index) const override {
     check_index(index);
     synchronize_device(index);
+    host_waits_for_device(index);
   }
   double elapsedTime(void* start, void* end, const DeviceIndex /*index*/) const override {
     auto* first = static_cast<DeviceEvent*>(start);

@@ -54,6 +54,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   const DeviceIndex index = self.device().index();
   synchronize_stream(index, current_stream_of(index));
+  host_waits(clock_of(index, current_stream_of(index)));
   Aliases aliases;
   return at::_local_scalar_dense(aliases.host_of(self));
 }
