@@ -21,10 +21,9 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from anyaccel.emulated.spec import MAX_DEVICES
-from anyaccel.emulated.state import EmulatedDeviceError, native
+from anyaccel.emulated.state import EmulatedDeviceError, installed_spec, native
 from anyaccel.settings import read_on_off
 
 __all__ = [
@@ -61,7 +60,29 @@ class _StorageRecord:
 def _stream_name(key: int) -> str:
     stream, device = divmod(key, MAX_DEVICES)  # the native core's stream_key
     kind = "the default stream" if stream == 0 else f"stream {stream}"
-    return f"{kind} of {torch._C._get_privateuse1_backend_name()}:{device}"
+    return f"{kind} of {_device_type()}:{device}"
+
+
+def _device_type() -> str:
+    spec = installed_spec()
+    if spec is None:
+        raise EmulatedDeviceError(
+            "the stream sanitizer checks the emulated device: install it first "
+            "(anyaccel.testing.emulated.install())"
+        )
+    return spec.device_type
+
+
+def _flat(values: Any) -> Iterator[Any]:
+    """The leaves of nested tuples, lists and dicts (an op's arguments or results)."""
+    if isinstance(values, (tuple, list)):
+        for value in values:
+            yield from _flat(value)
+    elif isinstance(values, dict):
+        for value in values.values():
+            yield from _flat(value)
+    else:
+        yield values
 
 
 class _Sanitizer(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's is untyped
@@ -70,13 +91,12 @@ class _Sanitizer(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.records: dict[int, _StorageRecord] = {}
-        self.device_type = torch._C._get_privateuse1_backend_name()
+        self.device_type = _device_type()
 
     def _device_tensors(self, values: Any) -> list[torch.Tensor]:
-        flat, _ = tree_flatten(values)
         return [
             value
-            for value in flat
+            for value in _flat(values)
             if isinstance(value, torch.Tensor) and value.device.type == self.device_type
         ]
 

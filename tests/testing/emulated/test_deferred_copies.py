@@ -127,6 +127,15 @@ def test_a_non_blocking_copy_into_pageable_memory_is_immediate() -> None:
 
 
 @on_emulated()
+def test_a_non_blocking_copy_into_pageable_memory_leaves_earlier_copies_queued() -> None:
+    source, buffer = _copied()
+    torch.zeros(4).copy_(source, non_blocking=True)  # CUDA: only "might be synchronous"
+    assert buffer.tolist() == [0.0] * 4
+    torch.zeros(4).copy_(source)  # a blocking copy syncs the stream
+    assert buffer.tolist() == [2.0] * 4
+
+
+@on_emulated()
 def test_a_copy_from_the_pinned_buffer_back_to_the_device_sees_the_queued_values() -> None:
     _, buffer = _copied(4.0)
     back = buffer.to("emu:0", non_blocking=True)  # after the queued copy, in stream order
