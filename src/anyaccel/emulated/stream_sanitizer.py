@@ -85,6 +85,10 @@ def _flat(values: Any) -> Iterator[Any]:
         yield values
 
 
+#: Ops whose schema marks a tensor mutable that touch none of its memory.
+_NO_MEMORY_ACCESS = frozenset({"aten::record_stream"})
+
+
 class _Sanitizer(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's is untyped
     """Checks each op's device tensors against their storages' last accesses."""
 
@@ -123,7 +127,7 @@ class _Sanitizer(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if getattr(func, "is_view", False):  # a view reads no memory
+        if getattr(func, "is_view", False) or func.name() in _NO_MEMORY_ACCESS:
             return func(*args, **kwargs)
         inputs = self._device_tensors((args, kwargs))
         written = self._written(func, args, kwargs) if inputs else set()

@@ -120,3 +120,48 @@ def test_the_environment_variable_turns_it_on_at_install() -> None:
     assert unset.returncode == 0 and "enabled False" in unset.stdout, unset.stderr[-2000:]
     wrong = run_python(script, env={"ANYACCEL_EMULATED_SANITIZE_STREAMS": "maybe"})
     assert "ANYACCEL_EMULATED_SANITIZE_STREAMS='maybe' is not an on/off value" in wrong.stderr
+
+
+@on_emulated(timeout=300.0)
+def test_zero_offloads_side_stream_pipeline_is_clean_and_equals_the_device_reference() -> None:
+    # tests/gpu/offload.py: gradients to pinned buffers on a side stream, Adam on the host,
+    # weights back with non_blocking copies the next forward waits for (DeepSpeed's pattern).
+    import importlib.util
+    from pathlib import Path
+
+    from anyaccel import get_accelerator
+    from anyaccel.emulated.stream_sanitizer import sanitize_streams
+
+    path = Path(__file__).resolve().parents[2] / "gpu" / "offload.py"
+    spec = importlib.util.spec_from_file_location("offload", path)
+    assert spec is not None and spec.loader is not None
+    offload = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(offload)
+
+    accelerator = get_accelerator()
+    for overlap in (False, True):
+        torch.manual_seed(3)
+        params = [
+            torch.nn.Parameter(torch.randn(shape, device="emu:0").bfloat16())
+            for shape in [(64, 32), (32,)]
+        ]
+        reference = [torch.nn.Parameter(p.detach().clone()) for p in params]
+        with pytest.MonkeyPatch.context() as patch, sanitize_streams():
+            patch.setattr(offload, "CPUAdam", torch.optim.Adam)  # no native build needed
+            ours = offload.OffloadedAdam(accelerator, params, 1e-3, overlap)
+            on_device = offload.GpuAdam(reference, 1e-3)
+            for group, optimizer in ((params, ours), (reference, on_device)):
+                generator = torch.Generator(device="emu:0").manual_seed(5)
+                for _ in range(3):
+                    optimizer.wait_for_parameters()
+                    loss = sum(
+                        (
+                            p.float() * torch.randn(p.shape, device="emu:0", generator=generator)
+                        ).sum()
+                        for p in group
+                    )
+                    loss.backward()
+                    optimizer.step()
+            torch.emu.synchronize()
+        for master, expected in zip(ours.master, on_device.master, strict=True):
+            assert torch.allclose(master, expected.detach().cpu(), atol=1e-6)
