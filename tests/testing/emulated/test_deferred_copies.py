@@ -162,6 +162,15 @@ def test_a_device_sync_lands_only_that_devices_copies() -> None:
 
 
 @on_emulated()
+def test_a_copy_into_a_leaf_that_requires_grad_lands_at_a_sync_outside_no_grad() -> None:
+    master = torch.zeros(3, pin_memory=True).requires_grad_(True)
+    with torch.no_grad():
+        master.copy_(torch.ones(3, device="emu:0"), non_blocking=True)
+    torch.emu.synchronize()
+    assert master.detach().tolist() == [1.0, 1.0, 1.0]
+
+
+@on_emulated()
 def test_the_queue_is_bounded_the_oldest_copies_land_first() -> None:
     _drain()
     buffers = [torch.zeros(1, pin_memory=True) for _ in range(1100)]

@@ -86,6 +86,9 @@ void land_locked(QueuedWork work) {
     return;
   }
   g_queued_bytes -= static_cast<int64_t>(work.snapshot.nbytes());
+  // Below autograd, as the copy it finishes was: a leaf that requires grad, filled under
+  // no_grad, must not fail at a sync outside it.
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
   work.destination.copy_(work.snapshot);
 }
 
