@@ -93,6 +93,10 @@ HOOKS: dict[tuple[str, str], str] = {
         "how an out-of-tree device attaches torch.<device> (OpenReg and every vendor do it); "
         "torch documents no other way"
     ),
+    ("emulated/stream_sanitizer.py", "_python_dispatch"): (
+        "TorchDispatchMode, the documented __torch_dispatch__ door that sees every op (torch's "
+        "own CUDA sanitizer uses it); torch has no public alias; the sanitizer is opt-in"
+    ),
     ("emulated/inductor.py", "_inductor"): (
         "register_backend_for_device, so Inductor refuses the emulated device with a clear "
         "message; on ImportError torch's own error stays"

@@ -109,6 +109,9 @@ def install(spec: EmulatedSpec, visible_env: str | None = None) -> ModuleType:
         from anyaccel.emulated.shutdown import register_exit_drain
 
         register_exit_drain(spec.device_type, len(shown))  # see its module: no abort
+        from anyaccel.emulated.stream_sanitizer import enable_from_environment
+
+        enable_from_environment()
         return module
 
 

@@ -164,8 +164,8 @@ class device:
 
 
 def synchronize(device: torch.device | str | int | None = None) -> None:
-    """Wait for the device's work: it runs synchronously, so only the index is checked."""
-    _index(device)
+    """Wait for the device's work: its queued copies into pinned host memory land."""
+    _native().synchronize(_index(device))
 
 
 def get_device_name(device: torch.device | str | int | None = None) -> str:

@@ -11,6 +11,7 @@
 // One translation unit (torch's headers are most of a build), one header per concern:
 // devices.h (the device table), allocator.h (memory), memory_protection.h (strict memory:
 // device memory the host cannot touch outside kernels), generator.h, guard.h, hooks.h,
+// deferred_copies.h (device-to-host copies landing at a synchronization), stream_clocks.h,
 // host_alias.h, cpu_kernel_ops.h (which ops the fallback takes), fallback.h, kernels.h,
 // sparse.h (sparse layouts), autocast.h; here, configuration and the Python face.
 
@@ -101,8 +102,22 @@ void set_device(int64_t index) {
 
 int64_t current_stream_id(int64_t index) {
   check_index(index);
-  auto found = t_current_stream.find(static_cast<DeviceIndex>(index));
-  return found == t_current_stream.end() ? 0 : found->second;
+  return current_stream_of(static_cast<DeviceIndex>(index));
+}
+
+void synchronize(int64_t index) {
+  check_index(index);
+  synchronize_device(static_cast<DeviceIndex>(index));
+  host_waits_for_device(static_cast<DeviceIndex>(index));
+}
+
+// The stream sanitizer issues an op on the thread's current stream of `index`: its clock.
+py::dict issue_on_current_stream(int64_t index) {
+  check_index(index);
+  const DeviceIndex device = static_cast<DeviceIndex>(index);
+  py::dict clock;
+  for (const auto& [key, count] : tick(device, current_stream_of(device))) clock[py::int_(key)] = count;
+  return clock;
 }
 
 void set_current_stream(int64_t index, int64_t stream_id) {
@@ -141,6 +156,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("current_device", &emulated::current_device);
   m.def("set_device", &emulated::set_device);
   m.def("current_stream_id", &emulated::current_stream_id);
+  m.def("synchronize", &emulated::synchronize, "Land the device's queued copies into host memory");
+  m.def("queued_copies", &emulated::queued_copies, "Copies into host memory not landed yet");
+  m.def("track_stream_clocks", &emulated::track_stream_clocks, "Keep streams' clocks (sanitizer)");
+  m.def("issue_on_current_stream", &emulated::issue_on_current_stream,
+        "Count an op on the current stream; its clock as {stream key: ops}");
+  m.def("stream_key", [](int64_t device, int64_t stream) {
+    return emulated::stream_key(static_cast<c10::DeviceIndex>(device), stream);
+  });
   m.def("set_current_stream", &emulated::set_current_stream);
   m.def("host_view", &emulated::host_view);
   m.def("device_tensor_from_host", &emulated::device_tensor_from_host);

@@ -1,8 +1,10 @@
-// The device guard: the current device (per thread, as CUDA's), streams and events.
-// Compiled through emulated_device.cpp.
+// The device guard: the current device (per thread, as CUDA's), streams and events; their
+// synchronizations land the copies deferred_copies.h queued. Compiled through emulated_device.cpp.
 #pragma once
 
+#include "deferred_copies.h"
 #include "devices.h"
+#include "stream_clocks.h"
 
 namespace anyaccel {
 namespace emulated {
@@ -11,12 +13,29 @@ namespace {
 std::atomic<int64_t> g_next_stream{1};
 thread_local std::unordered_map<DeviceIndex, c10::StreamId> t_current_stream;
 
+c10::StreamId current_stream_of(DeviceIndex index) {
+  auto found = t_current_stream.find(index);
+  return found == t_current_stream.end() ? 0 : found->second;
+}
+
 struct DeviceEvent {
   DeviceIndex device = -1;
   bool recorded = false;
   bool timing = false;
   std::chrono::steady_clock::time_point when;
+  c10::StreamId stream = 0;  // where it was recorded, and after which queued work
+  uint64_t position = 0;
+  StreamClock clock;  // its stream's clock at record (with the stream sanitizer on)
 };
+
+// The host has waited for `event`: the copies queued before it on its stream land.
+void synchronize_event(void* event) {
+  auto* waited = static_cast<DeviceEvent*>(event);
+  if (waited != nullptr && waited->recorded) {
+    synchronize_stream(waited->device, waited->stream, waited->position);
+    host_waits(waited->clock);
+  }
+}
 
 struct DeviceGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return kDevice; }
@@ -74,17 +93,39 @@ struct DeviceGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     recorded->device = stream.device_index();
     recorded->recorded = true;
     recorded->when = std::chrono::steady_clock::now();  // work before it has finished: synchronous
+    recorded->stream = stream.id();
+    recorded->position = stream_position();
+    recorded->clock = clock_of(stream.device_index(), stream.id());
   }
-  void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
-  bool queryEvent(void* /*event*/) const override { return true; }
+  void block(void* event, const c10::Stream& stream) const override {
+    auto* waited = static_cast<DeviceEvent*>(event);
+    if (waited == nullptr || !waited->recorded) return;
+    stream_waits(stream.device_index(), stream.id(), waited->clock);
+    wait_on(stream.device_index(), stream.id(), waited->device, waited->stream, waited->position);
+  }
+  // Done, as all work is; the host may read what the event covers, so its copies land.
+  bool queryEvent(void* event) const override {
+    synchronize_event(event);
+    return true;
+  }
   DeviceIndex deviceCount() const noexcept override {
     return static_cast<DeviceIndex>(g_device_count.load());
   }
-  bool queryStream(const c10::Stream& /*stream*/) const override { return true; }
-  void synchronizeStream(const c10::Stream& /*stream*/) const override {}
-  void synchronizeEvent(void* /*event*/) const override {}
+  bool queryStream(const c10::Stream& stream) const override {
+    synchronizeStream(stream);
+    return true;
+  }
+  void synchronizeStream(const c10::Stream& stream) const override {
+    synchronize_stream(stream.device_index(), stream.id());
+    host_waits(clock_of(stream.device_index(), stream.id()));
+  }
+  void synchronizeEvent(void* event) const override { synchronize_event(event); }
   void recordDataPtrOnStream(const c10::DataPtr& /*data*/, const c10::Stream& /*stream*/) const override {}
-  void synchronizeDevice(const DeviceIndex index) const override { check_index(index); }
+  void synchronizeDevice(const DeviceIndex index) const override {
+    check_index(index);
+    synchronize_device(index);
+    host_waits_for_device(index);
+  }
   // Every dtype: its memory is the host's and its kernels the CPU's, so each dtype the CPU
   // allocates and converts, the device does (torch.accelerator.get_device_capability).
   c10::DeviceCapability getDeviceCapability(c10::Device device) const override {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "fallback.h"
+#include "guard.h"
 
 namespace anyaccel {
 namespace emulated {
@@ -44,8 +45,18 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   Aliases aliases;
   at::Tensor host_self = copy_side(self, aliases, "destination");
   const at::Tensor host_src = copy_side(src, aliases, "source");
-  host_self.copy_(host_src, non_blocking);  // synchronous: non_blocking has nothing to overlap
+  if (order_host_copy(self, host_src, src, non_blocking)) return self;  // lands at a sync
+  host_self.copy_(host_src, non_blocking);
   return self;
+}
+
+// .item(): a GPU copies the value to the host and synchronizes the current stream.
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  const DeviceIndex index = self.device().index();
+  synchronize_stream(index, current_stream_of(index));
+  host_waits(clock_of(index, current_stream_of(index)));
+  Aliases aliases;
+  return at::_local_scalar_dense(aliases.host_of(self));
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
@@ -217,6 +228,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("copy_", TORCH_FN(copy_));
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
   m.impl("resize_", TORCH_FN(resize_));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));
   m.impl("set_.source_Storage", TORCH_FN(set_storage));
