@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from anyaccel.distributed import all_reduce, init_distributed, shm_all_reduce_status
+from anyaccel.distributed.shm.collectives import _ready
 
 TP = [[0, 1], [2, 3]]
 DP = [[0, 2], [1, 3]]
@@ -105,6 +106,7 @@ def results() -> None:
             "status": shm_all_reduce_status(group),
             "backend": dist.get_backend(group),
             "native": native_all_reduces(group),
+            "fast": id(group) in _ready,
         }
     print(json.dumps(record), flush=True)
     dist.barrier()
@@ -120,20 +122,26 @@ def dead() -> None:
     if rank == 3:
         os._exit(0)  # gone without a word, inside the job
     start = time.monotonic()
+    after = ""
     if rank == 2:
         try:
             for _ in range(3):
                 time.sleep(1)
-                dist.all_reduce(tensor, group=tp)
+                all_reduce(tensor, group=tp)  # straight to the kernel (a call like it ran)
             outcome = "returned"
-        except Exception as exc:  # the group's CollectiveError, or torch's wrapping of it
+        except Exception as exc:  # the group's CollectiveError
             outcome = f"{type(exc).__name__}: {exc}"
+        try:  # then the public call on the same subgroup: refused at once, never a hang
+            dist.all_reduce(tensor, group=tp)
+        except Exception as exc:  # the group's CollectiveError, or torch's wrapping of it
+            after = f"{type(exc).__name__}: {exc}"
     else:
         for _ in range(200):
             tensor.fill_(1.0)
             dist.all_reduce(tensor, group=tp)
         outcome = f"sum {tensor[0].item()}"
-    record = {"rank": rank, "outcome": outcome, "seconds": time.monotonic() - start}
+    seconds = time.monotonic() - start
+    record = {"rank": rank, "outcome": outcome, "after": after, "seconds": seconds}
     print(json.dumps(record), flush=True)
     os._exit(0)  # the world group lost rank 3: no collective teardown
 

@@ -41,6 +41,7 @@ def test_subgroups_inherit_shared_memory_and_equal_gloo(
         assert got["status"] == "shared memory", row
         assert got["equal"] is True, row
         assert got["native"] != 0, row  # the C++ Backend ran its all_reduces without Python
+        assert got["fast"] is True, row  # repeat direct calls went straight to the kernel
 
 
 @multiprocess
@@ -67,3 +68,4 @@ def test_a_dead_rank_fails_its_subgroup_peer_and_not_the_other_subgroup() -> Non
     assert failed["outcome"].startswith("CollectiveError"), failed
     assert "died" in failed["outcome"] and "restart the job" in failed["outcome"], failed
     assert failed["seconds"] < 20, failed  # within the subgroup's 20 s timeout
+    assert failed["after"], failed  # the public call on the failed subgroup raised too
