@@ -56,6 +56,16 @@ def calls(group: Any, rank: int) -> dict[str, list[torch.Tensor]]:
                 dist.all_reduce(direct, group=group)
                 dist.all_reduce(direct, group=group)
             out[f"all_reduce {dtype} {numel}"] = [public, direct]
+    # after the shortcut exists: a strided view and MAX take the full path, same results
+    strided, largest = torch.randn(64, generator=gen)[::2], torch.randn(100, generator=gen)
+    if dist.get_backend(group) != "gloo":
+        all_reduce(strided, group=group)
+        all_reduce(largest, op=dist.ReduceOp.MAX, group=group)
+    else:  # gloo reduces a strided view's storage, not the view: it gets a contiguous copy
+        strided = strided.contiguous()
+        dist.all_reduce(strided, group=group)
+        dist.all_reduce(largest, op=dist.ReduceOp.MAX, group=group)
+    out["full path"] = [strided, largest]
     piece = torch.randn(1000, generator=gen)
     gathered = torch.empty(1000 * size)
     dist.all_gather_into_tensor(gathered, piece, group=group)
@@ -103,6 +113,11 @@ def results() -> None:
             "equal": all(
                 torch.equal(a, b) for key in want for a, b in zip(got[key], want[key], strict=True)
             ),
+            "differ": [
+                key
+                for key in want
+                if not all(torch.equal(a, b) for a, b in zip(got[key], want[key], strict=True))
+            ],
             "status": shm_all_reduce_status(group),
             "backend": dist.get_backend(group),
             "native": native_all_reduces(group),
