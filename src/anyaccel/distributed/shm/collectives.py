@@ -7,7 +7,8 @@ collective follows ``all_reduce``: the same eligibility, the same lock, its own 
 
 from __future__ import annotations
 
-from typing import Any
+import weakref
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -23,6 +24,54 @@ __all__ = ["all_reduce"]
 def __getattr__(name: str) -> dict[Any, int]:
     """``DTYPE_CODES`` and ``OP_CODES``, the kernel's (``codes``): once defined here."""
     return table(name, __name__)
+
+
+_SUM = dist.ReduceOp.SUM
+
+
+class _Ready(NamedTuple):
+    """A group whose shared-memory all_reduce already ran here: what the next call needs."""
+
+    group: weakref.ref[Any]
+    communicator: Any
+    dtypes: dict[torch.dtype, int]
+    sum_code: int
+    timeout: float
+    threads: int
+
+
+#: id(group) -> :class:`_Ready`, filled by a call that ran on the kernel. A call whose group,
+#: tensor and op match (the common tensor-parallel case: a contiguous CPU tensor, SUM) goes
+#: straight to the kernel, skipping the checks that first call made; any other call takes the
+#: full path. The kernel's own mutex makes each call whole, as ``state.lock`` does.
+_ready: dict[int, _Ready] = {}
+
+
+def _fast_all_reduce(tensor: object, op: Any, group: Any | None) -> bool:
+    """Run ``all_reduce`` straight on the kernel if a call like it already did; False if not."""
+    pg = dist.group.WORLD if group is None else group
+    ready = _ready.get(id(pg))
+    if (
+        ready is None
+        or op is not _SUM
+        or not isinstance(tensor, torch.Tensor)
+        or ready.group() is not pg
+        or not tensor.is_cpu
+        or tensor.layout is not torch.strided
+        or not tensor.is_contiguous()
+    ):
+        return False
+    dtype = ready.dtypes.get(tensor.dtype)
+    if dtype is None:
+        return False
+    try:
+        ready.communicator.all_reduce(
+            tensor.data_ptr(), tensor.numel(), dtype, ready.sum_code, ready.timeout, ready.threads
+        )
+    except (RuntimeError, ValueError) as exc:
+        _ready.pop(id(pg), None)
+        raise CollectiveError(f"all_reduce over shared memory failed: {exc}") from None
+    return True
 
 
 def _checked_group(tensor: object, name: str, group: Any | None) -> Any:
@@ -49,6 +98,8 @@ def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any | N
     timeout, or passes a tensor of another size or dtype, or another op (checked for the whole
     call before any data is reduced; the group's shared-memory path is unusable afterwards).
     """
+    if _fast_all_reduce(tensor, op, group):
+        return
     pg = _checked_group(tensor, "all_reduce", group)
     if dist.get_rank(pg) < 0:  # not a member: torch.distributed's own no-op (and warning)
         dist.all_reduce(tensor, op=op, group=pg)
@@ -86,3 +137,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any | N
         raise CollectiveError(f"all_reduce over shared memory failed: {exc}") from None
     if work is not target:
         target.copy_(work)
+    elif op is _SUM:  # the next such call on this group goes straight to the kernel
+        key = id(pg)
+        gone = weakref.ref(pg, lambda _: _ready.pop(key, None))
+        _ready[key] = _Ready(gone, communicator, codes.dtypes, code, state.timeout, state.threads)
