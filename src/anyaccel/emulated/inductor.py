@@ -132,7 +132,7 @@ def _op_overrides(device_type: str) -> Any:
 
     module = f"torch.{device_type}"
 
-    class EmulatedDeviceOpOverrides(DeviceOpOverrides):  # type: ignore[misc]
+    class EmulatedDeviceOpOverrides(DeviceOpOverrides):
         def import_get_raw_stream_as(self, name: str) -> str:
             # the C++ kernels take no stream; the wrapper still names one per device
             return f"def {name}(index):\n    return 0\n"
@@ -156,7 +156,7 @@ def _wrapper_codegen(device_type: str) -> type:
     """inductor's Python wrapper, calling the device's C++ kernels as the CPU's are called."""
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
 
-    class EmulatedWrapperCodegen(PythonWrapperCodegen):  # type: ignore[misc]
+    class EmulatedWrapperCodegen(PythonWrapperCodegen):
         @staticmethod
         def create(
             is_subgraph: bool, subgraph_name: str | None, parent_wrapper: Any, *args: Any
@@ -165,7 +165,17 @@ def _wrapper_codegen(device_type: str) -> type:
                 return PythonWrapperCodegen.create(
                     is_subgraph, subgraph_name, parent_wrapper, *args
                 )
-            return EmulatedWrapperCodegen()
+            return EmulatedWrapperCodegen()  # type: ignore[no-untyped-call]
+
+        def make_allocation(
+            self, name: str, device: torch.device, *args: Any, **kwargs: Any
+        ) -> str:
+            # inductor writes device='<type>' for a device it does not guard, which would
+            # allocate on the current device: name the index (npu:1 stays npu:1)
+            line: str = super().make_allocation(name, device, *args, **kwargs)  # type: ignore[no-untyped-call]
+            if device.type != device_type or device.index is None:
+                return line
+            return line.replace(f"device='{device_type}'", f"device='{device}'")
 
         def _generate_kernel_call_helper(
             self, kernel_name: str, call_args: Any, *, device: Any = None, **kwargs: Any
@@ -185,38 +195,42 @@ def _device_interface(device_type: str) -> type:
     """Dynamo's runtime interface for the device, over ``torch.<type>`` (anyaccel's module)."""
     from torch._dynamo.device_interface import DeviceInterface
 
-    from anyaccel.emulated import torch_module as device
+    from anyaccel.emulated import torch_module
 
-    class Worker:
+    class _Worker:
+        """What inductor's compile workers ask (each process has the device installed)."""
+
         @staticmethod
         def set_device(index: int) -> None:
-            device.set_device(index)
+            torch_module.set_device(index)
 
         @staticmethod
         def current_device() -> int:
-            return device.current_device()
+            return torch_module.current_device()
 
         @staticmethod
         def get_device_properties(index: Any = None) -> Any:
-            return device.get_device_properties(index)
+            return torch_module.get_device_properties(index)
 
-    class EmulatedDeviceInterface(DeviceInterface):  # type: ignore[misc]
+    class EmulatedDeviceInterface(DeviceInterface):
+        device = torch_module.device
         Event = torch.Event
         Stream = torch.Stream
+        Worker = _Worker  # type: ignore[assignment]
 
         @staticmethod
         def current_device() -> int:
-            return device.current_device()
+            return torch_module.current_device()
 
         @staticmethod
         def set_device(index: Any) -> None:
-            device.set_device(index)
+            torch_module.set_device(index)
 
         @staticmethod
         def exchange_device(index: int) -> int:
-            previous = device.current_device()
+            previous = torch_module.current_device()
             if index >= 0 and index != previous:
-                device.set_device(index)
+                torch_module.set_device(index)
             return previous
 
         @staticmethod
@@ -225,23 +239,23 @@ def _device_interface(device_type: str) -> type:
 
         @staticmethod
         def device_count() -> int:
-            return device.device_count()
+            return torch_module.device_count()
 
         @staticmethod
         def is_available() -> bool:
-            return device.is_available()
+            return torch_module.is_available()
 
         @staticmethod
         def stream(stream: torch.Stream) -> Any:
-            return device.stream(stream)
+            return torch_module.stream(stream)
 
         @staticmethod
         def current_stream() -> torch.Stream:
-            return device.current_stream()
+            return torch_module.current_stream()
 
         @staticmethod
         def set_stream(stream: torch.Stream) -> None:
-            device.set_stream(stream)
+            torch_module.set_stream(stream)
 
         @staticmethod
         def get_raw_stream(index: int) -> int:
@@ -249,23 +263,20 @@ def _device_interface(device_type: str) -> type:
 
         @staticmethod
         def synchronize(index: Any = None) -> None:
-            device.synchronize(index)
+            torch_module.synchronize(index)
 
         @staticmethod
         def get_compute_capability(index: Any = None) -> str:
-            major, minor = device.get_device_capability(index)
+            major, minor = torch_module.get_device_capability(index)
             return f"{major}{minor}"
 
         @staticmethod
         def is_bf16_supported(including_emulation: bool = False) -> bool:
-            return device.is_bf16_supported(including_emulation)
+            return torch_module.is_bf16_supported(including_emulation)
 
         @staticmethod
         def memory_allocated(index: Any = None) -> int:
-            return device.memory_allocated(index)
+            return torch_module.memory_allocated(index)
 
-    EmulatedDeviceInterface.device = device.device
-    EmulatedDeviceInterface.Worker = Worker
     EmulatedDeviceInterface.__name__ = f"EmulatedDeviceInterface_{device_type}"
     return EmulatedDeviceInterface
-

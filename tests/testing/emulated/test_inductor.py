@@ -63,8 +63,8 @@ def test_a_compiled_model_trains_on_the_device_with_the_cpus_compiled_results() 
     on_device = _train("npu:0")
     on_cpu = _train("cpu")
     for device_param, cpu_param in zip(on_device, on_cpu, strict=True):
-        # the same generated C++ over the same memory layout: bit-equal
-        assert torch.equal(device_param, cpu_param)
+        # inductor picks a few algorithms by device type (the variance's, for one): rounding
+        assert torch.allclose(device_param, cpu_param, rtol=1e-5, atol=1e-6)
 
 
 @needs_inductor
@@ -106,8 +106,9 @@ def test_a_tensor_left_on_the_cpu_fails_inside_compiled_code() -> None:
     def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return x * 2 + y
 
-    with pytest.raises(Exception, match=r"(?s)devices.*npu:0.*cpu|(?s)devices.*cpu.*npu:0"):
+    with pytest.raises(Exception, match="devices") as raised:
         torch.compile(add)(torch.ones(4, device="npu:0"), torch.ones(4))
+    assert "npu:0" in str(raised.value) and "cpu" in str(raised.value)
 
 
 @needs_inductor
@@ -166,7 +167,8 @@ def test_a_torch_without_the_hooks_refuses_inductor_naming_aot_eager() -> None:
 def test_the_reason_names_the_missing_hook_or_is_none() -> None:
     from torch._inductor.codegen import wrapper
 
-    has_hook = hasattr(getattr(wrapper, "PythonWrapperCodegen", None), "_generate_kernel_call_helper")
+    codegen = getattr(wrapper, "PythonWrapperCodegen", None)
+    has_hook = hasattr(codegen, "_generate_kernel_call_helper")
     assert (REASON is None) == has_hook
     if REASON is not None:
         assert torch.__version__ in REASON
