@@ -153,26 +153,19 @@ def _op_overrides(device_type: str) -> Any:
 
 
 def _wrapper_codegen(device_type: str) -> type:
-    """inductor's Python wrapper, calling the device's C++ kernels as the CPU's are called."""
-    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+    """inductor's Python wrapper (and its subgraphs'), calling the device's C++ kernels as the
+    CPU's are called and allocating on the device by index."""
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
 
-    class EmulatedWrapperCodegen(PythonWrapperCodegen):
-        @staticmethod
-        def create(
-            is_subgraph: bool, subgraph_name: str | None, parent_wrapper: Any, *args: Any
-        ) -> Any:
-            if is_subgraph:  # a subgraph's wrapper is torch's own, whatever the device
-                return PythonWrapperCodegen.create(
-                    is_subgraph, subgraph_name, parent_wrapper, *args
-                )
-            return EmulatedWrapperCodegen()  # type: ignore[no-untyped-call]
+    class OnTheDevice:
+        """What the device's wrappers change in torch's, for the graph and its subgraphs."""
 
         def make_allocation(
             self, name: str, device: torch.device, *args: Any, **kwargs: Any
         ) -> str:
             # inductor writes device='<type>' for a device it does not guard, which would
             # allocate on the current device: name the index (npu:1 stays npu:1)
-            line: str = super().make_allocation(name, device, *args, **kwargs)  # type: ignore[no-untyped-call]
+            line: str = super().make_allocation(name, device, *args, **kwargs)  # type: ignore[misc]
             if device.type != device_type or device.index is None:
                 return line
             return line.replace(f"device='{device_type}'", f"device='{device}'")
@@ -185,7 +178,21 @@ def _wrapper_codegen(device_type: str) -> type:
             device = device or V.graph.get_current_device_or_throw()
             if device.type == device_type:  # a C++ kernel over host pointers, as on the CPU
                 device = torch.device("cpu")
-            super()._generate_kernel_call_helper(kernel_name, call_args, device=device, **kwargs)
+            super()._generate_kernel_call_helper(  # type: ignore[misc]
+                kernel_name, call_args, device=device, **kwargs
+            )
+
+    class EmulatedSubgraphWrapperCodegen(OnTheDevice, SubgraphPythonWrapperCodegen):
+        pass
+
+    class EmulatedWrapperCodegen(OnTheDevice, PythonWrapperCodegen):
+        @staticmethod
+        def create(
+            is_subgraph: bool, subgraph_name: str | None, parent_wrapper: Any, *args: Any
+        ) -> Any:
+            if is_subgraph and subgraph_name is not None:
+                return EmulatedSubgraphWrapperCodegen(subgraph_name, parent_wrapper, *args)
+            return EmulatedWrapperCodegen()  # type: ignore[no-untyped-call]
 
     EmulatedWrapperCodegen.__name__ = f"EmulatedWrapperCodegen_{device_type}"
     return EmulatedWrapperCodegen
