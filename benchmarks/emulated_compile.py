@@ -27,6 +27,7 @@ if SRC not in sys.path:
     sys.path.insert(0, SRC)
 
 from anyaccel.emulated.inductor import inductor_unsupported_reason  # noqa: E402
+from anyaccel.emulated.state import torch_problem  # noqa: E402
 from anyaccel.testing.emulated import install  # noqa: E402
 from emulated import Factory, gpt2_blocks, median_ms, mlp  # noqa: E402
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps, the MLP only")
     args = parser.parse_args(argv)
-    reason = inductor_unsupported_reason()
+    reason = torch_problem() or inductor_unsupported_reason()
     if reason is not None:
         print(f"skipped: inductor cannot compile for the emulated device here ({reason})")
         return 0

@@ -17,11 +17,16 @@ import pytest
 import torch
 
 from anyaccel.emulated.inductor import inductor_unsupported_reason
+from anyaccel.emulated.state import torch_problem
 
 from .worker import on_emulated, run_python
 
 REASON = inductor_unsupported_reason()
-needs_inductor = pytest.mark.skipif(REASON is not None, reason=f"no inductor here: {REASON}")
+PROBLEM = torch_problem()
+needs_device = pytest.mark.skipif(PROBLEM is not None, reason=str(PROBLEM))
+needs_inductor = pytest.mark.skipif(
+    PROBLEM is not None or REASON is not None, reason=f"{PROBLEM or ''} {REASON or ''}".strip()
+)
 #: A C++ build per graph, on a loaded host 30-90 s each.
 COMPILE_TIMEOUT = 900.0
 
@@ -158,6 +163,7 @@ def test_the_accelerator_names_inductor_where_it_compiles() -> None:
     assert EmulatedAccelerator().get_compile_backend() == "inductor"
 
 
+@needs_device
 def test_a_torch_without_the_hooks_refuses_inductor_naming_aot_eager() -> None:
     script = textwrap.dedent(
         """
