@@ -49,12 +49,8 @@ def inductor_unsupported_reason() -> str | None:
     return None
 
 
-def _refusal(device_type: str, reason: str) -> type:
-    message = (
-        f"torch.compile's inductor backend cannot generate code for the emulated {device_type!r} "
-        f"device on this torch ({reason}); compile with backend='aot_eager' "
-        "(get_accelerator().get_compile_backend() names it) or 'eager', or use a newer torch"
-    )
+def _refusal(message: str) -> type:
+    """A codegen class that raises ``RuntimeError(message)`` whenever inductor touches it."""
 
     class Refusing(type):
         def __getattr__(cls, name: str) -> NoReturn:
@@ -63,7 +59,7 @@ def _refusal(device_type: str, reason: str) -> type:
         def __call__(cls, *args: Any, **kwargs: Any) -> NoReturn:
             raise RuntimeError(message)
 
-    return Refusing(f"NoInductorFor_{device_type}", (), {})
+    return Refusing("InductorRefusal", (), {})
 
 
 def _refuse(device_type: str, reason: str) -> bool:
@@ -73,7 +69,11 @@ def _refuse(device_type: str, reason: str) -> bool:
     except ImportError as exc:  # inductor moved its table: torch's own error stays
         logger.debug("inductor's codegen table is not where expected (%s)", exc)
         return False
-    refusing = _refusal(device_type, reason)
+    refusing = _refusal(
+        f"torch.compile's inductor backend cannot generate code for the emulated {device_type!r} "
+        f"device on this torch ({reason}); compile with backend='aot_eager' "
+        "(get_accelerator().get_compile_backend() names it) or 'eager', or use a newer torch"
+    )
     register_backend_for_device(device_type, refusing, refusing)
     return True
 
@@ -97,7 +97,10 @@ def register_inductor(device_type: str) -> bool:
     from torch._inductor.codegen.cpp import CppScheduling
 
     register_device_op_overrides(device_type, _op_overrides(device_type))
-    cpp_wrapper = _refusal(device_type, "its C++ wrapper (cpp_wrapper=True) is not supported")
+    cpp_wrapper = _refusal(
+        f"inductor's C++ wrapper (cpp_wrapper=True) is not supported on the emulated "
+        f"{device_type!r} device; compile without it (the default Python wrapper works)"
+    )
     register_backend_for_device(
         device_type, CppScheduling, _wrapper_codegen(device_type), cpp_wrapper
     )

@@ -135,6 +135,16 @@ def test_a_tensor_left_on_the_cpu_fails_inside_compiled_code() -> None:
 
 
 @needs_inductor
+@on_emulated(device_type="npu", timeout=COMPILE_TIMEOUT)
+def test_the_cpp_wrapper_is_refused_naming_the_python_one() -> None:
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return x.cos() + 1
+
+    with pytest.raises(Exception, match=r"cpp_wrapper=True\) is not supported.*'npu'"):
+        torch.compile(step, options={"cpp_wrapper": True})(torch.ones(4, device="npu:0"))
+
+
+@needs_inductor
 @on_emulated(device_type="npu")
 def test_dynamo_drives_the_device_through_its_interface() -> None:
     from torch._dynamo.device_interface import get_interface_for_device
