@@ -5,7 +5,8 @@ Run: ``python benchmarks/emulated_compile.py [--quick]``. The model is compiled 
 interleaved as in ``benchmarks/emulated.py`` (whose models and timing this reuses). The first
 step's time (the compile: Dynamo, inductor and a C++ build per graph, in a fresh cache
 directory the two devices share, so the device may reuse a C++ build of the CPU's) is printed
-apart. On a torch whose inductor cannot compile for the device it says so
+apart. A model that compiles on the CPU but not on the device is named under the table, with
+inductor's error. On a torch whose inductor cannot compile for the device it says so
 and exits 0.
 """
 
@@ -77,15 +78,22 @@ def main(argv: list[str] | None = None) -> int:
             "| model | cpu compile s | emu compile s | cpu ms/step | emu ms/step | ratio emu/cpu |"
         )
         print("|---|---|---|---|---|---|")
+        failed: list[str] = []
         for label, factory in models:
             cpu_step, cpu_compile = compiled_stepper(factory, "cpu")
-            emu_step, emu_compile = compiled_stepper(factory, "emu:0")
+            try:
+                emu_step, emu_compile = compiled_stepper(factory, "emu:0")
+            except Exception as exc:  # a known gap of inductor's C++ backend off the CPU
+                failed.append(f"{label}: compiling on emu:0 failed: {str(exc).splitlines()[0]}")
+                continue
             figures = median_ms({"cpu": cpu_step, "emu": emu_step}, repeats)
             ratio = figures["emu"] / figures["cpu"]
             print(
                 f"| {label} | {cpu_compile:.1f} | {emu_compile:.1f} | {figures['cpu']:.1f} "
                 f"| {figures['emu']:.1f} | {ratio:.2f}x |"
             )
+        for line in failed:
+            print(f"\n{line} (docs/emulated.md, torch.compile, says why)")
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     return 0
