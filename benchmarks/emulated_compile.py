@@ -39,7 +39,7 @@ def compiled_stepper(factory: Factory, device: str) -> tuple[Callable[[], None],
     model, inputs, targets = factory()
     model = model.to(device)
     inputs, targets = inputs.to(device), targets.to(device)
-    compiled = torch.compile(model, backend="inductor")
+    compiled = torch.compile(model, backend="inductor", dynamic=False)  # static on both
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
 
     def step() -> None:
