@@ -98,9 +98,23 @@ HOOKS: dict[tuple[str, str], str] = {
         "own CUDA sanitizer uses it); torch has no public alias; the sanitizer is opt-in"
     ),
     ("emulated/inductor.py", "_inductor"): (
-        "register_backend_for_device, so Inductor refuses the emulated device with a clear "
-        "message; on ImportError torch's own error stays"
+        "inductor's per-device tables (register_backend_for_device, "
+        "register_device_op_overrides), its CPU C++ scheduling, Python wrapper and fusion-pass "
+        "config, as PyTorch's OpenReg uses them; where one is missing inductor refuses the "
+        "device naming aot_eager (on ImportError of the table itself torch's own error stays)"
     ),
+    ("emulated/inductor.py", "_dynamo"): (
+        "register_interface_for_device and DeviceInterface, Dynamo's runtime interface for a "
+        "device (OpenReg's door too); missing: inductor refuses the device naming aot_eager"
+    ),
+    ("emulated/inductor.py", "_generate_kernel_call_helper"): (
+        "the Python wrapper's per-call hook, overridden to call the device's C++ kernels as "
+        "the CPU's (as OpenReg does); absent (older torch): inductor refuses the device"
+    ),
+    (
+        "emulated/inductor.py",
+        "_inductor.codegen.wrapper.PythonWrapperCodegen._generate_kernel_call_helper",
+    ): "whether this torch has that hook (hasattr only)",
     ("abstract.py", "_dynamo"): (
         "list_backends() to validate set_compile_backend(); torch.compiler.list_backends() is "
         "the public door to move to"

@@ -6,8 +6,9 @@ One package, one file per part (importing the package loads none of them):
 - ``state``: what this process installed (the one holder of the spec and the native core) and
   the rules for installing (the torch it needs, one PrivateUse1 device type per process).
 - ``runtime``: ``install()``, which builds and loads the native core and registers
-  ``torch.<type>``; ``torch_module``: that ``torch.<type>`` module; ``inductor``: the clear
-  refusal of torch.compile's inductor; ``shutdown``: the clean exit after backward.
+  ``torch.<type>``; ``torch_module``: that ``torch.<type>`` module; ``inductor``: the device
+  registered with torch.compile's inductor and Dynamo (or inductor's clear refusal where torch
+  lacks the hooks); ``shutdown``: the clean exit after backward.
 - ``builders`` and ``csrc/``: the native parts, the device (``emulated_device.cpp``, one
   translation unit over one header per concern; ``cpu_kernel_ops.h`` says which ops may run on
   the CPU's kernels) and its c10d ``Backend``

@@ -120,8 +120,9 @@ def _communication_backend(device_type: str) -> str:
 class EmulatedAccelerator(TorchModuleAccelerator):
     """Emulated devices in host memory, driven through the ``torch.<type>`` the core registers."""
 
-    #: inductor has no code generator for it (it refuses, naming this one)
-    _compile_backend = "aot_eager"
+    #: decided on the first ask: inductor where this torch's inductor can compile for the
+    #: device, else aot_eager (inductor refuses it there, naming that one)
+    _compile_backend = None
     profiler_module_name = None
 
     def __init__(self, spec: EmulatedSpec | None = None) -> None:
@@ -138,6 +139,16 @@ class EmulatedAccelerator(TorchModuleAccelerator):
     def spec(self) -> EmulatedSpec:
         """The devices this accelerator emulates."""
         return self._spec
+
+    def get_compile_backend(self) -> str | None:
+        """``"inductor"`` where this torch's inductor compiles for the device, else ``"aot_eager"``
+        (or what ``set_compile_backend`` chose)."""
+        if self._compile_backend is None:
+            from anyaccel.emulated.inductor import inductor_unsupported_reason
+
+            supported = inductor_unsupported_reason() is None
+            self._compile_backend = "inductor" if supported else "aot_eager"
+        return self._compile_backend
 
     def _load_device_module(self) -> Any:
         """Install the emulated devices in this process (once) and return ``torch.<type>``.

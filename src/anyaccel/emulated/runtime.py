@@ -124,14 +124,14 @@ def _register_torch_names(spec: EmulatedSpec) -> ModuleType:
     )
 
     from anyaccel.emulated import torch_module
-    from anyaccel.emulated.inductor import refuse_inductor
+    from anyaccel.emulated.inductor import register_inductor
 
     if torch._C._get_privateuse1_backend_name() != spec.device_type:
         rename_privateuse1_backend(spec.device_type)
     if getattr(torch, spec.device_type, None) is not torch_module:
         torch._register_device_module(spec.device_type, torch_module)  # type: ignore[no-untyped-call]
     torch_module.attach()
-    refuse_inductor(spec.device_type)
+    register_inductor(spec.device_type)
     if not hasattr(torch.Tensor, spec.device_type):
         generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
