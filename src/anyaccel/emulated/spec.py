@@ -15,6 +15,7 @@ __all__ = [
     "EMULATED_ENV",
     "EmulatedSpec",
     "parse_capacity",
+    "parse_spec",
     "spec_from_environment",
 ]
 
@@ -114,6 +115,14 @@ def spec_from_environment() -> EmulatedSpec:
         raise InvalidSettingError(
             f"{EMULATED_ENV}={raw!r} is not valid: {exc}; the format is {_FORMAT}"
         ) from exc
+
+
+def parse_spec(text: str) -> EmulatedSpec:
+    """``<type>:<count>[:<capacity>]`` (``ANYACCEL_EMULATED``'s format) as a spec.
+
+    Raises ``ValueError`` naming the part that is wrong.
+    """
+    return _parse_setting(text.strip())
 
 
 def _parse_setting(raw: str) -> EmulatedSpec:
