@@ -29,10 +29,10 @@ from typing import TypeAlias
 from anyaccel.errors import AcceleratorError
 
 __all__ = [
+    "CaseResult",
     "Outcome",
     "SuiteError",
     "SuiteReport",
-    "TestRecord",
     "prepare_device",
     "run_tests",
 ]
@@ -56,7 +56,7 @@ class Outcome(str, Enum):
 
 
 @dataclass(frozen=True)
-class TestRecord:
+class CaseResult:
     """One test's name, outcome and, unless it passed, the reason in one line."""
 
     name: str
@@ -70,7 +70,7 @@ class SuiteReport:
 
     suite: str
     device: str
-    records: list[TestRecord] = field(default_factory=list)
+    records: list[CaseResult] = field(default_factory=list)
 
     def count(self, outcome: Outcome) -> int:
         """How many tests ended with ``outcome``."""
@@ -135,35 +135,37 @@ def _reason(error: _ExcInfo | str) -> str:
 
 
 class _Recorder(unittest.TestResult):
-    """A ``TestResult`` that keeps one record per test, with the reason for each non-pass."""
+    """A ``TestResult`` that keeps one record per test, with the reason for each non-pass.
+
+    The ``add*`` methods are unittest's hooks, named as unittest calls them."""
 
     def __init__(self, verbose: bool) -> None:
         super().__init__()
-        self.records: list[TestRecord] = []
+        self.records: list[CaseResult] = []
         self._verbose = verbose
 
     def _add(self, test: unittest.TestCase, outcome: Outcome, reason: str = "") -> None:
         name = test.id().rpartition(".")[2]
-        self.records.append(TestRecord(name, outcome, reason))
+        self.records.append(CaseResult(name, outcome, reason))
         if self._verbose:
             print(f"{outcome.value:<18} {name}{': ' + reason if reason else ''}", flush=True)
 
-    def addSuccess(self, test: unittest.TestCase) -> None:  # noqa: N802 (unittest's name)
+    def addSuccess(self, test: unittest.TestCase) -> None:
         self._add(test, Outcome.PASSED)
 
-    def addFailure(self, test: unittest.TestCase, err: _ExcInfo) -> None:  # type: ignore[override]  # noqa: N802
+    def addFailure(self, test: unittest.TestCase, err: _ExcInfo) -> None:  # type: ignore[override]
         self._add(test, Outcome.FAILED, _reason(err))
 
-    def addError(self, test: unittest.TestCase, err: _ExcInfo) -> None:  # type: ignore[override]  # noqa: N802
+    def addError(self, test: unittest.TestCase, err: _ExcInfo) -> None:  # type: ignore[override]
         self._add(test, Outcome.ERROR, _reason(err))
 
-    def addSkip(self, test: unittest.TestCase, reason: str) -> None:  # noqa: N802
+    def addSkip(self, test: unittest.TestCase, reason: str) -> None:
         self._add(test, Outcome.SKIPPED, reason)
 
-    def addExpectedFailure(self, test: unittest.TestCase, err: _ExcInfo) -> None:  # type: ignore[override]  # noqa: N802
+    def addExpectedFailure(self, test: unittest.TestCase, err: _ExcInfo) -> None:  # type: ignore[override]
         self._add(test, Outcome.EXPECTED_FAILURE, _reason(err))
 
-    def addUnexpectedSuccess(self, test: unittest.TestCase) -> None:  # noqa: N802
+    def addUnexpectedSuccess(self, test: unittest.TestCase) -> None:
         self._add(test, Outcome.UNEXPECTED_SUCCESS, "marked as an expected failure, but passed")
 
 

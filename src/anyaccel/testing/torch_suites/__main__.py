@@ -1,4 +1,4 @@
-"""``python -m anyaccel.testing.torch_suites``: torch's device-generic suites on a PrivateUse1 device.
+"""``python -m anyaccel.testing.torch_suites``: torch's device-generic suites on your device.
 
     python -m anyaccel.testing.torch_suites opinfo --emulated npu:1 --ops add,mul,softmax
     python -m anyaccel.testing.torch_suites modules --backend torch_acme --dtype float32
@@ -13,8 +13,12 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from anyaccel.testing.torch_suites import SuiteError, SuiteReport, prepare_device, run_tests
+
+if TYPE_CHECKING:
+    import torch
 
 SUITES = ("opinfo", "modules", "openreg")
 
@@ -41,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="install anyaccel's emulated device (default npu:2; openreg:2 for openreg)",
     )
     device.add_argument(
-        "--backend", metavar="MODULE", help="import MODULE, your runtime, which registers the device"
+        "--backend",
+        metavar="MODULE",
+        help="import MODULE, your runtime, which registers the device",
     )
     parser.add_argument(
         "--ops", metavar="NAMES", help="comma-separated OpInfo/ModuleInfo names (default: all)"
@@ -65,10 +71,10 @@ def _names(text: str | None) -> list[str] | None:
     return None if text is None else [name.strip() for name in text.split(",") if name.strip()]
 
 
-def _dtypes(names: Sequence[str] | None) -> list[object]:
+def _dtypes(names: Sequence[str] | None) -> list[torch.dtype]:
     import torch
 
-    chosen = []
+    chosen: list[torch.dtype] = []
     for name in names or ["float32"]:
         dtype = getattr(torch, name.removeprefix("torch."), None)
         if not isinstance(dtype, torch.dtype):
@@ -98,7 +104,11 @@ def run(args: argparse.Namespace) -> SuiteReport:
     tolerance = compare_cpu.DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
     try:
         suite = build(
-            device_type, _names(args.ops), dtypes, _names(args.skip) or (), tolerance  # type: ignore[arg-type]
+            device_type,
+            _names(args.ops),
+            dtypes,
+            _names(args.skip) or (),
+            tolerance,
         )
     except compare_cpu.UnknownTestError as error:
         raise SuiteError(f"--ops/--skip: {error}") from error

@@ -15,6 +15,7 @@ Importing this module imports torch's test machinery: call ``prepare_device`` fi
 from __future__ import annotations
 
 import copy
+import difflib
 import sys
 import unittest
 from collections.abc import Callable, Iterable, Sequence
@@ -61,14 +62,14 @@ def select(
     entries = list(entries)
 
     def keys(entry: Any) -> set[str]:
-        name = getattr(entry, "name", None) or getattr(entry, "formatted_name", "")
-        variant = getattr(entry, "variant_test_name", "")
+        name = str(getattr(entry, "name", None) or getattr(entry, "formatted_name", ""))
+        variant = str(getattr(entry, "variant_test_name", "") or "")
         return {name, f"{name}.{variant}"} if variant else {name}
 
     every = set().union(*(keys(entry) for entry in entries)) if entries else set()
     for wanted in [*(names or ()), *skip]:
         if wanted not in every:
-            near = sorted(k for k in every if wanted.split(".")[0] in k)[:8]
+            near = difflib.get_close_matches(wanted, sorted(every), n=8, cutoff=0.6)
             hint = f"; near: {', '.join(near)}" if near else ""
             raise UnknownTestError(f"{wanted!r} is not in torch's database{hint}")
     chosen = [e for e in entries if names is None or keys(e) & set(names)]
@@ -79,9 +80,10 @@ def _to_cpu(value: Any) -> Any:
     return value.to("cpu") if isinstance(value, torch.Tensor) else value
 
 
-def _run_seeded(function: Callable[[], Any]) -> Any:
+def _run_seeded(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``function(*args, **kwargs)`` after seeding every generator alike (random ops agree)."""
     torch.manual_seed(_SEED)  # seeds the PrivateUse1 device's generators too
-    return function()
+    return function(*args, **kwargs)
 
 
 def _instantiate(generic: type, device_type: str, machinery: Any) -> unittest.TestSuite:
@@ -113,13 +115,15 @@ def opinfo_tests(
     common_device_type, common_methods_invocations, _, common_utils = machinery
     selected = select(common_methods_invocations.op_db, ops, skip)
 
-    class TestCommon(common_utils.TestCase):  # torch's name: its databases' decorators apply
-        @common_device_type.ops(selected, allowed_dtypes=tuple(dtypes))
+    base: Any = common_utils.TestCase
+
+    class TestCommon(base):  # type: ignore[misc]  # torch's name: its databases' skips apply
+        @common_device_type.ops(selected, allowed_dtypes=tuple(dtypes))  # type: ignore[untyped-decorator]
         def test_compare_cpu(self, device: str, dtype: torch.dtype, op: Any) -> None:
             for sample in op.reference_inputs(device, dtype):
                 on_cpu = sample.transform(_to_cpu)
-                actual = _run_seeded(lambda: op(sample.input, *sample.args, **sample.kwargs))
-                expected = _run_seeded(lambda: op(on_cpu.input, *on_cpu.args, **on_cpu.kwargs))
+                actual = _run_seeded(op, sample.input, *sample.args, **sample.kwargs)
+                expected = _run_seeded(op, on_cpu.input, *on_cpu.args, **on_cpu.kwargs)
                 actual = sample.output_process_fn_grad(actual)
                 expected = on_cpu.output_process_fn_grad(expected)
                 self.assertEqual(
@@ -160,11 +164,13 @@ def module_tests(
     """One test per ModuleInfo, dtype and train/eval mode: forward and backward on the device
     against the CPU. ``modules`` names them as ``nn.Linear`` (all when ``None``)."""
     machinery = _import_machinery()
-    common_device_type, _, common_modules, common_utils = machinery
+    _, _, common_modules, common_utils = machinery
     selected = select(common_modules.module_db, modules, skip)
 
-    class TestModule(common_utils.TestCase):  # torch's name: its databases' decorators apply
-        @common_modules.modules(selected, allowed_dtypes=tuple(dtypes))
+    base: Any = common_utils.TestCase
+
+    class TestModule(base):  # type: ignore[misc]  # torch's name: its databases' skips apply
+        @common_modules.modules(selected, allowed_dtypes=tuple(dtypes))  # type: ignore[untyped-decorator]
         def test_cpu_parity(
             self, device: str, dtype: torch.dtype, module_info: Any, training: bool
         ) -> None:
@@ -175,17 +181,17 @@ def module_tests(
                 if module_input.forward_input is None:
                     continue
                 made = module_input.constructor_input
-                on_cpu = _run_seeded(
-                    lambda: module_info.module_cls(*made.args, **made.kwargs).to(dtype)
-                )
+                on_cpu = _run_seeded(module_info.module_cls, *made.args, **made.kwargs).to(dtype)
                 on_cpu.train(training)
                 on_device = copy.deepcopy(on_cpu).to(device)
                 forward = module_input.forward_input
                 cpu_args, cpu_kwargs = forward.args, forward.kwargs
                 dev_args, dev_kwargs = _moved(cpu_args, device), _moved(cpu_kwargs, device)
-                expected = _run_seeded(lambda: on_cpu(*cpu_args, **cpu_kwargs))
-                actual = _run_seeded(lambda: on_device(*dev_args, **dev_kwargs))
-                self.assertEqual(actual, expected, atol=tolerance, rtol=tolerance, exact_device=False)
+                expected = _run_seeded(on_cpu, *cpu_args, **cpu_kwargs)
+                actual = _run_seeded(on_device, *dev_args, **dev_kwargs)
+                self.assertEqual(
+                    actual, expected, atol=tolerance, rtol=tolerance, exact_device=False
+                )
                 outputs = [t for t in _tensors(expected) if t.requires_grad]
                 if not outputs:
                     continue

@@ -17,7 +17,7 @@ import tempfile
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-from anyaccel.testing.torch_suites import Outcome, SuiteError, SuiteReport, TestRecord
+from anyaccel.testing.torch_suites import CaseResult, Outcome, SuiteError, SuiteReport
 
 __all__ = ["FILE_TIMEOUT", "SHIM_PLUGIN", "SPEC_ENV", "records_from_junit", "run_openreg_tests"]
 
@@ -29,11 +29,12 @@ SPEC_ENV = "ANYACCEL_OPENREG_SPEC"
 FILE_TIMEOUT = 900.0
 
 
-def records_from_junit(xml_text: str, prefix: str) -> list[TestRecord]:
+def records_from_junit(xml_text: str, prefix: str) -> list[CaseResult]:
     """One record per ``<testcase>`` of a pytest JUnit XML report, named ``prefix::Class::test``."""
     records = []
     for case in ElementTree.fromstring(xml_text).iter("testcase"):
-        name = f"{prefix}::{case.get('classname', '').rpartition('.')[2]}::{case.get('name')}"
+        owner = case.get("classname", "").rpartition(".")[2]
+        name = "::".join(part for part in (prefix, owner, case.get("name", "")) if part)
         outcome, reason = Outcome.PASSED, ""
         for child, kind in (
             ("failure", Outcome.FAILED),
@@ -48,11 +49,11 @@ def records_from_junit(xml_text: str, prefix: str) -> list[TestRecord]:
                 if kind is Outcome.SKIPPED and found.get("type") == "pytest.xfail":
                     outcome = Outcome.EXPECTED_FAILURE
                 break
-        records.append(TestRecord(name, outcome, reason))
+        records.append(CaseResult(name, outcome, reason))
     return records
 
 
-def _run_file(test_file: Path, emulated: str, verbose: bool) -> list[TestRecord]:
+def _run_file(test_file: Path, emulated: str, verbose: bool) -> list[CaseResult]:
     """``test_file`` under pytest in a child process; its records, or one error if it died."""
     with tempfile.TemporaryDirectory(prefix="anyaccel-openreg-") as scratch:
         report = Path(scratch) / "junit.xml"
@@ -82,12 +83,12 @@ def _run_file(test_file: Path, emulated: str, verbose: bool) -> list[TestRecord]
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            return [TestRecord(test_file.name, Outcome.ERROR, f"hung: over {FILE_TIMEOUT:g} s")]
+            return [CaseResult(test_file.name, Outcome.ERROR, f"hung: over {FILE_TIMEOUT:g} s")]
         if verbose:
             print(done.stdout[-3000:], done.stderr[-2000:], sep="\n", flush=True)
         if not report.exists():
             tail = " ".join((done.stderr or done.stdout).split()[-40:])
-            return [TestRecord(test_file.name, Outcome.ERROR, f"exit {done.returncode}: {tail}")]
+            return [CaseResult(test_file.name, Outcome.ERROR, f"exit {done.returncode}: {tail}")]
         return records_from_junit(report.read_text(), test_file.name)
 
 
