@@ -74,6 +74,7 @@ def test_junit_records_keep_each_outcome_and_reason() -> None:
         here">trace</failure></testcase>
       <testcase classname="test_x.TestA" name="test_err"><error message="broke"/></testcase>
       <testcase classname="test_x.TestA" name="test_skip"><skipped message="why"/></testcase>
+      <testcase classname="test_x" name="test_free"/>
       <testcase classname="" name="test_x"><error message="collection failure"/></testcase>
     </testsuite></testsuites>"""
     records = records_from_junit(xml, "test_x.py")
@@ -82,6 +83,7 @@ def test_junit_records_keep_each_outcome_and_reason() -> None:
         ("test_x.py::TestA::test_bad", Outcome.FAILED, "boom here"),
         ("test_x.py::TestA::test_err", Outcome.ERROR, "broke"),
         ("test_x.py::TestA::test_skip", Outcome.SKIPPED, "why"),
+        ("test_x.py::test_free", Outcome.PASSED, ""),
         ("test_x.py::test_x", Outcome.ERROR, "collection failure"),
     ]
 

@@ -34,6 +34,7 @@ def records_from_junit(xml_text: str, prefix: str) -> list[CaseResult]:
     records = []
     for case in ElementTree.fromstring(xml_text).iter("testcase"):
         owner = case.get("classname", "").rpartition(".")[2]
+        owner = "" if owner == Path(prefix).stem else owner  # a module-level test function
         name = "::".join(part for part in (prefix, owner, case.get("name", "")) if part)
         outcome, reason = Outcome.PASSED, ""
         for child, kind in (
