@@ -40,9 +40,17 @@ def test_report_counts_each_outcome_and_fails_on_a_failure() -> None:
     assert report.summary() == "opinfo on npu: 3 tests: 1 passed, 1 failed, 1 skipped"
 
 
-def test_report_passes_when_only_skips_and_expected_failures_remain() -> None:
-    report = SuiteReport("x", "npu", [CaseResult("t", Outcome.EXPECTED_FAILURE, "known")])
+def test_report_passes_when_only_skips_expected_failures_and_unexpected_successes_remain() -> None:
+    report = SuiteReport(
+        "x",
+        "npu",
+        [
+            CaseResult("t", Outcome.EXPECTED_FAILURE, "known"),
+            CaseResult("u", Outcome.UNEXPECTED_SUCCESS, "passed"),
+        ],
+    )
     assert report.passed
+    assert "UNEXPECTED SUCCESS u: passed" in report.format()
 
 
 def test_report_lists_each_failure_with_its_reason_and_each_files_counts() -> None:
