@@ -16,6 +16,7 @@ __all__ = [
     "STRICT_MEMORY_FLAG",
     "EmulatedSpec",
     "parse_capacity",
+    "parse_spec",
     "spec_from_environment",
     "visible_devices",
     "visible_devices_env",
@@ -127,6 +128,14 @@ def spec_from_environment() -> EmulatedSpec:
         raise InvalidSettingError(
             f"{EMULATED_ENV}={raw!r} is not valid: {exc}; the format is {_FORMAT}"
         ) from exc
+
+
+def parse_spec(text: str) -> EmulatedSpec:
+    """``<type>:<count>[:<capacity>]`` (``ANYACCEL_EMULATED``'s format) as a spec.
+
+    Raises ``ValueError`` naming the part that is wrong.
+    """
+    return _parse_setting(text.strip())
 
 
 def _parse_setting(raw: str) -> EmulatedSpec:

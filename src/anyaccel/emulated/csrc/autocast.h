@@ -1,4 +1,5 @@
-// Autocast: CUDA's op lists (torch's own macros) for AutocastPrivateUse1, where torch has none.
+// Autocast: CUDA's op lists (torch's own macros) and its refusals for AutocastPrivateUse1, where
+// torch has none.
 // Compiled through emulated_device.cpp.
 #pragma once
 
@@ -7,6 +8,20 @@
 namespace anyaccel {
 namespace emulated {
 namespace {
+
+// The ops CUDA's autocast refuses outright (no safe cast exists), refused here the same way: a
+// job that trips it on the emulated device would trip it on a GPU. The first sentence is
+// torch's own, so code and tests that match CUDA's message match this one.
+at::Tensor binary_cross_entropy_refused(const at::Tensor&, const at::Tensor&,
+                                        const std::optional<at::Tensor>&, int64_t) {
+  TORCH_CHECK(false,
+              "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
+              "Under autocast its input may be float16, where the log of a probability near 0 or 1 "
+              "loses its precision (CUDA's autocast refuses it the same way). Feed logits instead: "
+              "torch.nn.functional.binary_cross_entropy_with_logits or torch.nn.BCEWithLogitsLoss "
+              "(the sigmoid folded in) are safe to autocast; or run this op with autocast disabled "
+              "and float32 inputs.");
+}
 
 // Registered at configure, and only what this torch lacks: some releases register the lists
 // for PrivateUse1 themselves, and a second registration would fail.
@@ -17,8 +32,15 @@ void register_autocast() {
     libraries.push_back(std::make_unique<torch::Library>(torch::Library::IMPL, "_", key, __FILE__, __LINE__));
     libraries.back()->fallback(torch::CppFunction::makeFallthrough());
   }
-  auto mm = c10::Dispatcher::singleton().findSchema({"aten::mm", ""});
-  if (mm.has_value() && mm->hasKernelForDispatchKey(key)) return;
+  auto has_kernel = [key](const char* name) {
+    auto op = c10::Dispatcher::singleton().findSchema({name, ""});
+    return op.has_value() && op->hasKernelForDispatchKey(key);
+  };
+  if (!has_kernel("aten::binary_cross_entropy")) {
+    libraries.push_back(std::make_unique<torch::Library>(torch::Library::IMPL, "aten", key, __FILE__, __LINE__));
+    libraries.back()->impl("binary_cross_entropy", TORCH_FN(binary_cross_entropy_refused));
+  }
+  if (has_kernel("aten::mm")) return;
   libraries.push_back(std::make_unique<torch::Library>(torch::Library::IMPL, "aten", key, __FILE__, __LINE__));
   torch::Library& m = *libraries.back();
   using at::IntArrayRef;
