@@ -91,7 +91,7 @@ def install(spec: EmulatedSpec) -> ModuleType:
         if check_installable(spec):
             module: ModuleType = getattr(torch, spec.device_type)
             return module
-        from anyaccel.emulated.builders import EmulatedDeviceBuilder
+        from anyaccel.emulated.native_builders import EmulatedDeviceBuilder
 
         loaded = EmulatedDeviceBuilder().load()
         capacity = -1 if spec.memory_capacity is None else int(spec.memory_capacity)
