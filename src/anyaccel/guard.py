@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from anyaccel.errors import InvalidSettingError, ReentrantDetectionError
@@ -58,16 +58,22 @@ def probe_timeout() -> float | None:
     return None if math.isinf(seconds) else seconds
 
 
-@dataclass
 class _Scope:
-    """The guarded call this context belongs to, what it re-entered, and its paused clock."""
+    """The guarded call this context belongs to, what it re-entered, and its paused clock.
 
-    label: str
-    reentered: list[str] = field(default_factory=list)
-    #: When the work its clock does not count began (``None``: none now), and how long such
-    #: work took before. Written by the guarded thread, read by the waiting one.
-    paused_since: float | None = None
-    paused_seconds: float = 0.0
+    A plain class, not a dataclass: a dataclass compiles its methods when the module is
+    imported, a cost every first detection paid.
+    """
+
+    __slots__ = ("label", "paused_seconds", "paused_since", "reentered")
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.reentered: list[str] = []
+        #: When the work its clock does not count began (``None``: none now), and how long
+        #: such work took before. Written by the guarded thread, read by the waiting one.
+        self.paused_since: float | None = None
+        self.paused_seconds = 0.0
 
     def counted(self, since: float) -> float:
         """Seconds since ``since`` that count against the time limit."""
