@@ -8,7 +8,7 @@ from types import ModuleType
 
 import torch
 
-from anyaccel.ops.cpu.builder import CPUOpBuilder
+from anyaccel.ops.cpu.cpu_op_builder import CPUOpBuilder
 
 
 class StreamBuilder(CPUOpBuilder):

@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError
 from typing import Generic, TypeVar
 
 from anyaccel.errors import InvalidSettingError, ReentrantDetectionError
@@ -58,16 +58,22 @@ def probe_timeout() -> float | None:
     return None if math.isinf(seconds) else seconds
 
 
-@dataclass
 class _Scope:
-    """The guarded call this context belongs to, what it re-entered, and its paused clock."""
+    """The guarded call this context belongs to, what it re-entered, and its paused clock.
 
-    label: str
-    reentered: list[str] = field(default_factory=list)
-    #: When the work its clock does not count began (``None``: none now), and how long such
-    #: work took before. Written by the guarded thread, read by the waiting one.
-    paused_since: float | None = None
-    paused_seconds: float = 0.0
+    A plain class, not a dataclass: a dataclass compiles its methods when the module is
+    imported, a cost every first detection paid.
+    """
+
+    __slots__ = ("label", "paused_seconds", "paused_since", "reentered")
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.reentered: list[str] = []
+        #: When the work its clock does not count began (``None``: none now), and how long
+        #: such work took before. Written by the guarded thread, read by the waiting one.
+        self.paused_since: float | None = None
+        self.paused_seconds = 0.0
 
     def counted(self, since: float) -> float:
         """Seconds since ``since`` that count against the time limit."""
@@ -121,16 +127,43 @@ def refuse_reentry(api: str) -> None:
     )
 
 
-@dataclass(frozen=True)
 class Guarded(Generic[T]):
-    """What one guarded call did: its value, or what went wrong, and how long it took."""
+    """What one guarded call did: its value, or what went wrong, and how long it took.
 
+    Immutable, as a frozen dataclass, but written out: a dataclass compiles its methods when
+    the module is imported, a cost every first detection paid.
+    """
+
+    __slots__ = ("error", "label", "reentered", "seconds", "timed_out", "value")
     label: str
     value: T | None
     error: BaseException | None
     timed_out: bool
     seconds: float
-    reentered: tuple[str, ...] = ()
+    reentered: tuple[str, ...]
+
+    def __init__(
+        self,
+        label: str,
+        value: T | None,
+        error: BaseException | None,
+        timed_out: bool,
+        seconds: float,
+        reentered: tuple[str, ...] = (),
+    ) -> None:
+        fields = (label, value, error, timed_out, seconds, reentered)
+        for name, field_value in zip(_GUARDED_FIELDS, fields, strict=True):
+            object.__setattr__(self, name, field_value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _GUARDED_FIELDS)
+        return f"{type(self).__qualname__}({fields})"
 
     @property
     def ok(self) -> bool:
@@ -155,6 +188,10 @@ class Guarded(Generic[T]):
                 return f"called sys.exit({error.code!r}) after {self.seconds * 1000:.1f} ms"
             return f"raised {type(error).__name__}: {error} after {self.seconds * 1000:.1f} ms"
         return ""
+
+
+#: ``Guarded``'s fields, in the order its constructor takes them.
+_GUARDED_FIELDS = ("label", "value", "error", "timed_out", "seconds", "reentered")
 
 
 def run_guarded(label: str, function: Callable[[], T], timeout: float | None) -> Guarded[T]:

@@ -8,8 +8,9 @@ One package, one file per part (importing the package loads none of them):
 - ``runtime``: ``install()``, which builds and loads the native core and registers
   ``torch.<type>``; ``torch_module``: that ``torch.<type>`` module; ``inductor``: the device
   registered with torch.compile's inductor and Dynamo (or inductor's clear refusal where torch
-  lacks the hooks); ``shutdown``: the clean exit after backward.
-- ``builders`` and ``csrc/``: the native parts, the device (``emulated_device.cpp``, one
+  lacks the hooks); ``shutdown``: the clean exit after backward; ``stream_sanitizer``: the
+  opt-in check for a tensor used on two streams with no synchronisation between.
+- ``native_builders`` and ``csrc/``: the native parts, the device (``emulated_device.cpp``, one
   translation unit over one header per concern; ``cpu_kernel_ops.h`` says which ops may run on
   the CPU's kernels) and its c10d ``Backend``
   (``host_view_backend.cpp``).

@@ -21,7 +21,7 @@ __all__ = ["create_backend"]
 
 def _backend_module() -> Any:
     """The compiled ``HostViewBackendBuilder`` module (built on first use)."""
-    from anyaccel.emulated.builders import HostViewBackendBuilder
+    from anyaccel.emulated.native_builders import HostViewBackendBuilder
 
     return HostViewBackendBuilder().load()
 

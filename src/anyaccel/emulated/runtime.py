@@ -94,7 +94,7 @@ def install(spec: EmulatedSpec, visible_env: str | None = None) -> ModuleType:
         if check_installable(spec):
             module: ModuleType = getattr(torch, spec.device_type)
             return module
-        from anyaccel.emulated.builders import EmulatedDeviceBuilder
+        from anyaccel.emulated.native_builders import EmulatedDeviceBuilder
 
         variable = visible_env or visible_devices_env(spec.device_type)
         shown = visible_devices(variable, spec.device_count)

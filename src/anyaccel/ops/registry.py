@@ -40,7 +40,7 @@ HOST_PACKAGE = "anyaccel.ops.cpu"
 #: Where the native parts that run beside any accelerator live: the host package (optimizers,
 #: shared-memory collectives) and the emulated device's module. ``anyaccel ops --build NAME``
 #: finds them under every accelerator, and ``--build all`` builds those that apply here.
-HOST_NATIVE_PACKAGES: tuple[str, ...] = (HOST_PACKAGE, "anyaccel.emulated.builders")
+HOST_NATIVE_PACKAGES: tuple[str, ...] = (HOST_PACKAGE, "anyaccel.emulated.native_builders")
 
 #: Every op builder DeepSpeed 0.19.8 ships, class name -> op name. Under our accelerator
 #: DeepSpeed's ``ALL_OPS`` and ``__compatible_ops__`` hold each of these op names, with

@@ -51,7 +51,7 @@ def test_a_builder_added_to_the_list_is_found_under_every_device(
     result = run_python(
         """
         from anyaccel.ops.cpu import host_builders
-        from anyaccel.ops.cpu.builder import CPUOpBuilder
+        from anyaccel.ops.cpu.cpu_op_builder import CPUOpBuilder
 
         class CPUNewOptimizerBuilder(CPUOpBuilder):
             NAME = "cpu_new_optimizer"

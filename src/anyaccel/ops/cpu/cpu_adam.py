@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from anyaccel.ops.cpu.builder import CPUOpBuilder
+from anyaccel.ops.cpu.cpu_op_builder import CPUOpBuilder
 
 
 class CPUAdamBuilder(CPUOpBuilder):

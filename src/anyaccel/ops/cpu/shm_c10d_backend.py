@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from anyaccel.ops.builder import Compatibility
-from anyaccel.ops.cpu.builder import CPUOpBuilder
+from anyaccel.ops.cpu.cpu_op_builder import CPUOpBuilder
 
 __all__ = ["ShmBackendBuilder", "ShmC10dBackendBuilder"]
 

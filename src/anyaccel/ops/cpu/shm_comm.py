@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import cast
 
 from anyaccel.ops.builder import Compatibility
-from anyaccel.ops.cpu.builder import CPUOpBuilder
+from anyaccel.ops.cpu.cpu_op_builder import CPUOpBuilder
 from anyaccel.probe import resolve
 
 __all__ = ["DEEPSPEED_INTERFACE", "ShareMemCommBuilder", "ShmCommBuilder"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from anyaccel.ops.cuda.builder import CUDAOpBuilder
+from anyaccel.ops.cuda.cuda_op_builder import CUDAOpBuilder
 
 
 class FusedAdamBuilder(CUDAOpBuilder):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from anyaccel.ops.cuda import FusedAdamBuilder
-from anyaccel.ops.cuda.builder import (
+from anyaccel.ops.cuda.cuda_op_builder import (
     DEFAULT_CUDA_ARCHS,
     cuda_arch_list,
     gencode_flags,
