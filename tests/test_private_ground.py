@@ -93,6 +93,15 @@ HOOKS: dict[tuple[str, str], str] = {
         "how an out-of-tree device attaches torch.<device> (OpenReg and every vendor do it); "
         "torch documents no other way"
     ),
+    ("testing/torch_suites/__init__.py", "_C._get_privateuse1_backend_name"): (
+        "which device owns PrivateUse1, to refuse running torch's suites on no device; torch "
+        "has no public getter (as backends/generic.py)"
+    ),
+    ("testing/torch_suites/compare_cpu.py", "_internal"): (
+        "torch.testing._internal: the OpInfo/ModuleInfo databases and "
+        "instantiate_device_type_tests with PrivateUse1TestBase, the machinery torch's own "
+        "device-generic suites run on; torch ships it in the wheel but documents it as internal"
+    ),
     ("emulated/stream_sanitizer.py", "_python_dispatch"): (
         "TorchDispatchMode, the documented __torch_dispatch__ door that sees every op (torch's "
         "own CUDA sanitizer uses it); torch has no public alias; the sanitizer is opt-in"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from anyaccel.emulated import accelerator, builders, collectives, spec
+from anyaccel.emulated import accelerator, collectives, native_builders, spec
 from anyaccel.emulated.state import torch_problem
 from anyaccel.registry import BUILTIN_CANDIDATES
 
@@ -32,7 +32,7 @@ def test_the_documented_doors_re_export_the_same_objects() -> None:
     assert distributed_door.create_backend is collectives.create_backend
     assert testing_door.install is accelerator.install
     assert testing_door.EmulatedAccelerator is accelerator.EmulatedAccelerator
-    assert HostViewBackendBuilder is builders.HostViewBackendBuilder
+    assert HostViewBackendBuilder is native_builders.HostViewBackendBuilder
 
 
 def test_the_registry_names_the_accelerator_where_it_lives() -> None:
@@ -56,7 +56,7 @@ def test_importing_the_package_loads_none_of_its_parts() -> None:
 
 def test_the_device_table_size_is_defined_once_and_passed_to_the_build() -> None:
     assert f"-DANYACCEL_EMULATED_MAX_DEVICES={spec.MAX_DEVICES}" in (
-        builders.EmulatedDeviceBuilder().cxx_args()
+        native_builders.EmulatedDeviceBuilder().cxx_args()
     )
     sources = "".join(path.read_text() for path in sorted((PACKAGE / "csrc").iterdir()))
     assert "kMaxDevices = ANYACCEL_EMULATED_MAX_DEVICES;" in sources
@@ -64,7 +64,7 @@ def test_the_device_table_size_is_defined_once_and_passed_to_the_build() -> None
 
 
 def test_every_header_of_the_core_enters_its_build_hash() -> None:
-    headers = {Path(path).name for path in builders.EmulatedDeviceBuilder().depends()}
+    headers = {Path(path).name for path in native_builders.EmulatedDeviceBuilder().depends()}
     assert headers == {path.name for path in (PACKAGE / "csrc").glob("*.h")}
     assert {"allocator.h", "generator.h", "guard.h", "hooks.h", "fallback.h"} <= headers
 

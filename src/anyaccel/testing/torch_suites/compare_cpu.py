@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from anyaccel.errors import AnyaccelError
+
 __all__ = ["DEFAULT_TOLERANCE", "UnknownTestError", "module_tests", "opinfo_tests", "select"]
 
 #: The absolute and relative tolerance of a comparison (torch's test_compare_cpu uses 1e-3).
@@ -30,7 +32,7 @@ DEFAULT_TOLERANCE = 1e-3
 _SEED = 1234
 
 
-class UnknownTestError(LookupError):
+class UnknownTestError(AnyaccelError, LookupError):
     """A name given to select OpInfos or ModuleInfos is in none of torch's databases."""
 
 
