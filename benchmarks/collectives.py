@@ -461,6 +461,21 @@ def busy_processes(count: int) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
 
 
+def spawn_under_load(spawned: Callable[..., None], args: argparse.Namespace) -> None:
+    """Run ``spawned(rank, args.ranks, port, args)`` on ``args.ranks`` processes over a free
+    port, with ``args.load`` busy processes meanwhile (stopped however the ranks end)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    busy = busy_processes(args.load)
+    try:
+        mp.spawn(spawned, args=(args.ranks, port, args), nprocs=args.ranks)
+    finally:
+        for process in busy:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--ranks", type=int, default=2)
@@ -485,16 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--load, --ranks and --rounds must be positive: {vars(args)}")
     if args.quick:
         args.rounds = min(args.rounds, 3)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    busy = busy_processes(args.load)
-    try:
-        mp.spawn(spawned, args=(args.ranks, port, args), nprocs=args.ranks)
-    finally:
-        for process in busy:
-            process.send_signal(signal.SIGKILL)
-            process.wait()
+    spawn_under_load(spawned, args)
     return 0
 
 

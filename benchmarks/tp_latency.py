@@ -21,23 +21,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
 import sys
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from collectives import (  # benchmarks/ is on the path
     Call,
-    busy_processes,
     cell,
     interleaved,
     label,
     load_deepspeed_op,
     ratio,
     remove_deepspeed_segment,
+    spawn_under_load,
 )
 
 SIZES = tuple(1 << shift for shift in range(10, 27, 2))  # 1 KiB, 4 KiB, ... 64 MiB
@@ -165,16 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--load >= 0, --ranks >= 2 and --rounds >= 1 expected: {vars(args)}")
     if args.quick:
         args.rounds = min(args.rounds, 3)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    busy = busy_processes(args.load)
-    try:
-        mp.spawn(spawned, args=(args.ranks, port, args), nprocs=args.ranks)
-    finally:
-        for process in busy:
-            process.send_signal(signal.SIGKILL)
-            process.wait()
+    spawn_under_load(spawned, args)
     return 0
 
 
