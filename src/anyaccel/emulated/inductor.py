@@ -20,13 +20,29 @@ __all__ = ["inductor_unsupported_reason", "register_inductor"]
 logger = logging.getLogger("anyaccel.ops")
 
 
-def inductor_unsupported_reason() -> str | None:
-    """Why this torch's inductor cannot compile for the emulated device, or ``None`` if it can.
+#: Why inductor is refused under strict memory (its kernels would die of SIGSEGV there).
+STRICT_MEMORY_REASON = (
+    "strict memory is on: inductor's C++ kernels read device memory through host pointers, "
+    "which strict memory makes fault outside the device's own kernels; install without "
+    "strict_memory to compile with inductor"
+)
+
+
+def inductor_unsupported_reason(strict_memory: bool | None = None) -> str | None:
+    """Why inductor cannot compile for the emulated device, or ``None`` if it can.
 
     Needs the per-device codegen and op-override tables, Dynamo's device-interface table, and
     the Python wrapper's per-call hook that picks the kernel-call form
-    (``PythonWrapperCodegen._generate_kernel_call_helper``).
+    (``PythonWrapperCodegen._generate_kernel_call_helper``), and no strict memory
+    (``strict_memory``; ``None``: as the installed device has it).
     """
+    if strict_memory is None:
+        from anyaccel.emulated.state import installed_spec
+
+        spec = installed_spec()
+        strict_memory = spec is not None and spec.strict_memory
+    if strict_memory:
+        return STRICT_MEMORY_REASON
     try:
         from torch._dynamo.device_interface import (  # noqa: F401
             DeviceInterface,
@@ -71,20 +87,20 @@ def _refuse(device_type: str, reason: str) -> bool:
         return False
     refusing = _refusal(
         f"torch.compile's inductor backend cannot generate code for the emulated {device_type!r} "
-        f"device on this torch ({reason}); compile with backend='aot_eager' "
-        "(get_accelerator().get_compile_backend() names it) or 'eager', or use a newer torch"
+        f"device ({reason}); compile with backend='aot_eager' "
+        "(get_accelerator().get_compile_backend() names it) or 'eager'"
     )
     register_backend_for_device(device_type, refusing, refusing)
     return True
 
 
-def register_inductor(device_type: str) -> bool:
+def register_inductor(device_type: str, strict_memory: bool = False) -> bool:
     """Let inductor compile for ``device_type`` with the CPU's C++ kernels; whether it can.
 
-    Where :func:`inductor_unsupported_reason` names a reason, inductor refuses the device with
-    a message naming ``aot_eager`` (as every torch did before) and this returns ``False``.
+    Where :func:`inductor_unsupported_reason` names a reason (an older torch, strict memory),
+    inductor refuses the device with a message naming ``aot_eager`` and this returns ``False``.
     """
-    reason = inductor_unsupported_reason()
+    reason = inductor_unsupported_reason(strict_memory)
     if reason is not None:
         logger.debug("inductor refuses the emulated device: %s", reason)
         _refuse(device_type, reason)

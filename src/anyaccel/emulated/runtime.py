@@ -131,7 +131,7 @@ def _register_torch_names(spec: EmulatedSpec) -> ModuleType:
     if getattr(torch, spec.device_type, None) is not torch_module:
         torch._register_device_module(spec.device_type, torch_module)  # type: ignore[no-untyped-call]
     torch_module.attach()
-    register_inductor(spec.device_type)
+    register_inductor(spec.device_type, spec.strict_memory)
     if not hasattr(torch.Tensor, spec.device_type):
         generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True

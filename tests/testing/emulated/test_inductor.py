@@ -179,7 +179,7 @@ def test_a_torch_without_the_hooks_refuses_inductor_naming_aot_eager() -> None:
         """
         import torch
         from anyaccel.emulated import inductor
-        inductor.inductor_unsupported_reason = lambda: "no hook (test)"
+        inductor.inductor_unsupported_reason = lambda *strict: "no hook (test)"
         from anyaccel.testing.emulated import EmulatedAccelerator, install
         install(device_type="npu", device_count=1)
         assert EmulatedAccelerator().get_compile_backend() == "aot_eager"
@@ -196,6 +196,22 @@ def test_a_torch_without_the_hooks_refuses_inductor_naming_aot_eager() -> None:
     assert "REFUSED" in result.stdout, result.stdout
     assert "'npu'" in result.stdout and "no hook (test)" in result.stdout
     assert "backend='aot_eager'" in result.stdout
+
+
+@needs_inductor
+@on_emulated(device_type="npu", strict_memory=True)
+def test_strict_memory_refuses_inductor_naming_aot_eager_which_still_compiles() -> None:
+    # inductor's kernels read device memory through host pointers: under strict memory they
+    # would die of SIGSEGV, so the device refuses inductor up front
+    from anyaccel.testing.emulated import EmulatedAccelerator
+
+    assert EmulatedAccelerator().get_compile_backend() == "aot_eager"
+    x = torch.ones(4, device="npu:0")
+    with pytest.raises(Exception, match="strict memory is on") as refused:
+        torch.compile(lambda t: t.cos() + 1)(x)
+    assert "backend='aot_eager'" in str(refused.value)
+    compiled = torch.compile(lambda t: t.cos() + 1, backend="aot_eager")(x)
+    assert torch.equal(compiled.cpu(), torch.ones(4).cos() + 1)
 
 
 def test_the_reason_names_the_missing_hook_or_is_none() -> None:
