@@ -263,3 +263,83 @@ def test_a_view_of_a_parameter_that_requires_grad_is_reduced_as_torch_does(
     for row in cases["view"]:
         assert row["status"] == "shared memory"
         assert row["equal"] is True and row["requires_grad"] is True, row
+
+
+class _Communicator:
+    """Stands in for the kernel's communicator: counts the calls that reach it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def all_reduce(self, *args: object) -> None:
+        self.calls += 1
+
+
+class _State:
+    def __init__(self, communicator: object) -> None:
+        self.communicator = communicator
+
+
+def _ready_entry(group: object, state: _State, communicator: _Communicator) -> Any:
+    import weakref
+
+    import torch
+
+    from anyaccel.distributed.shm import collectives
+
+    return collectives._Ready(
+        weakref.ref(group), state, communicator, {torch.float32: 0}, 0, 30.0, 1
+    )
+
+
+def test_the_shortcut_takes_a_repeat_sum_and_leaves_a_closed_group_to_the_full_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    from anyaccel.distributed.shm import collectives
+
+    class Group:
+        pass
+
+    group, communicator = Group(), _Communicator()
+    state = _State(communicator)
+    entry = _ready_entry(group, state, communicator)
+    monkeypatch.setattr(collectives, "_ready", {id(group): entry})
+    tensor = torch.ones(4)
+    assert collectives._fast_all_reduce(tensor, dist.ReduceOp.SUM, group)
+    assert communicator.calls == 1
+    # what the full path must take: another op, dtype, a strided view, another group
+    assert not collectives._fast_all_reduce(tensor, dist.ReduceOp.MAX, group)
+    assert not collectives._fast_all_reduce(tensor.double(), dist.ReduceOp.SUM, group)
+    assert not collectives._fast_all_reduce(torch.ones(8)[::2], dist.ReduceOp.SUM, group)
+    assert not collectives._fast_all_reduce(tensor, dist.ReduceOp.SUM, Group())
+    # a group that was destroyed or failed drops its communicator: never the stale one
+    state.communicator = None
+    assert not collectives._fast_all_reduce(tensor, dist.ReduceOp.SUM, group)
+    assert communicator.calls == 1
+
+
+def test_a_forked_child_forgets_its_parents_shortcuts() -> None:
+    import os
+
+    from anyaccel.distributed.shm import collectives
+
+    class Group:
+        pass
+
+    group, communicator = Group(), _Communicator()
+    collectives._ready[-1] = _ready_entry(group, _State(communicator), communicator)
+    try:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report whether the entry survived, then leave at once
+            os.write(write, b"kept" if -1 in collectives._ready else b"gone")
+            os._exit(0)
+        os.close(write)
+        answer = os.read(read, 16)
+        os.waitpid(pid, 0)
+        os.close(read)
+    finally:
+        collectives._ready.pop(-1, None)
+    assert answer == b"gone"

@@ -17,6 +17,7 @@ from anyaccel.distributed.errors import CollectiveError, DistributedSetupError
 from anyaccel.distributed.shm.codes import kernel_codes, table
 from anyaccel.distributed.shm.group import group_state, resolve_group
 from anyaccel.distributed.shm.reduction import all_reduce_as_nccl
+from anyaccel.forksafe import after_fork_in_child
 
 __all__ = ["all_reduce"]
 
@@ -33,6 +34,7 @@ class _Ready(NamedTuple):
     """A group whose shared-memory all_reduce already ran here: what the next call needs."""
 
     group: weakref.ref[Any]
+    state: Any  # the group's state: its communicator is dropped when the group fails or closes
     communicator: Any
     dtypes: dict[torch.dtype, int]
     sum_code: int
@@ -45,6 +47,7 @@ class _Ready(NamedTuple):
 #: straight to the kernel, skipping the checks that first call made; any other call takes the
 #: full path. The kernel's own mutex makes each call whole, as ``state.lock`` does.
 _ready: dict[int, _Ready] = {}
+after_fork_in_child(_ready.clear)  # a child's groups are not its parent's: full path first
 
 
 def _fast_all_reduce(tensor: object, op: Any, group: Any | None) -> bool:
@@ -56,6 +59,7 @@ def _fast_all_reduce(tensor: object, op: Any, group: Any | None) -> bool:
         or op is not _SUM
         or not isinstance(tensor, torch.Tensor)
         or ready.group() is not pg
+        or ready.state.communicator is not ready.communicator
         or not tensor.is_cpu
         or tensor.layout is not torch.strided
         or not tensor.is_contiguous()
@@ -140,4 +144,6 @@ def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any | N
     elif op is _SUM:  # the next such call on this group goes straight to the kernel
         key = id(pg)
         gone = weakref.ref(pg, lambda _: _ready.pop(key, None))
-        _ready[key] = _Ready(gone, communicator, codes.dtypes, code, state.timeout, state.threads)
+        _ready[key] = _Ready(
+            gone, state, communicator, codes.dtypes, code, state.timeout, state.threads
+        )
