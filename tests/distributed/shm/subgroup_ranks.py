@@ -72,7 +72,7 @@ def calls(group: Any, rank: int) -> dict[str, list[torch.Tensor]]:
     scattered = torch.empty(1000)
     dist.reduce_scatter_tensor(scattered, torch.randn(1000 * size, generator=gen), group=group)
     sent = torch.randn(333, generator=gen)
-    dist.broadcast(sent, group_src=1, group=group)
+    dist.broadcast(sent, src=dist.get_global_rank(group, 1), group=group)
     out["others"] = [gathered, scattered, sent]
     return out
 

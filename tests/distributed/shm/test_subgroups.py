@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch.distributed as dist
 
 from ..ranks import finish, multiprocess, start_ranks
 
@@ -53,8 +54,10 @@ def test_split_group_is_made_and_equal_or_refused_by_torch(
     for row in subgroups:
         if row["split"] == "made":
             assert row["split tp"]["equal"] is True, row
-        else:
+        elif hasattr(dist, "split_group"):
             assert row["split"].startswith(("RuntimeError", "ValueError")), row
+        else:  # torch before 2.6 has none
+            assert row["split"] == "this torch has no split_group", row
 
 
 @multiprocess
