@@ -23,10 +23,15 @@ def test_quick_run_prints_both_models_with_a_ratio() -> None:
     )
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
-    assert rows[0] == "| model | parameters | cpu ms/step | emu ms/step | ratio emu/cpu |"
+    assert rows[0] == (
+        "| model | parameters | cpu ms/step | emu ms/step | ratio emu/cpu "
+        "| strict ms/step | ratio strict/cpu | ratio strict/emu |"
+    )
     assert [row.split(" | ")[0] for row in rows[1:]] == [
         "| MLP, 11.5M parameters, batch 64",
         "| GPT-2-small blocks x1, 4 x 128 tokens",
     ]
-    assert all(row.rstrip(" |").endswith("x") for row in rows[1:])
+    for row in rows[1:]:  # the default mode against the CPU, strict memory against both
+        ratios = [cell.strip() for cell in row.strip("| ").split(" | ")]
+        assert ratios[4].endswith("x") and ratios[6].endswith("x") and ratios[7].endswith("x")
     assert "Warning" not in done.stderr
