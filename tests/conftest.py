@@ -28,6 +28,12 @@ EXTRA_ONLY_WORDS = re.compile(
     r"(?<![a-z])(deepspeed|lightning|accelerate|transformers|matplotlib|check.jsonschema|mkdocs|mypy|ruff)(?![a-z])",
     re.IGNORECASE,
 )
+#: ... and words that say it is missing (a reason that only names one is not about that).
+MISSING_WORDS = re.compile(
+    r"not installed|could not import|no module named|not importable|missing|absent|"
+    r"is not available",
+    re.IGNORECASE,
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -47,7 +53,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return
     longrepr = report.longrepr
     reason = str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
-    if EXTRA_ONLY_WORDS.search(reason):
+    if EXTRA_ONLY_WORDS.search(reason) and MISSING_WORDS.search(reason):
         report.outcome = "failed"
         report.longrepr = (
             f"{item.nodeid} skipped for a missing extra ({reason}) but has no "
