@@ -68,6 +68,22 @@ void check_index(int64_t index) {
               " emulated devices (valid: 0..", count - 1, ")");
 }
 
+// The calling thread's current device set to a checked `index` for one call, put back after
+// (the CPU-kernel fallbacks, dense and sparse, run each op on its tensors' device).
+class CurrentDeviceScope {
+ public:
+  explicit CurrentDeviceScope(DeviceIndex index) : previous_(t_current_device) {
+    check_index(index);
+    t_current_device = index;
+  }
+  ~CurrentDeviceScope() { t_current_device = previous_; }
+  CurrentDeviceScope(const CurrentDeviceScope&) = delete;
+  CurrentDeviceScope& operator=(const CurrentDeviceScope&) = delete;
+
+ private:
+  DeviceIndex previous_;
+};
+
 DeviceIndex resolve_index(std::optional<c10::Device> device) {
   if (device.has_value() && device->has_index()) {
     check_index(device->index());

@@ -209,13 +209,7 @@ void device_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::optional<DeviceIndex> found =
       call_device(op, c10::ArrayRef<c10::IValue>(stack->data() + first, argument_count));
   const DeviceIndex index = found.value_or(t_current_device);
-  check_index(index);
-  const DeviceIndex previous = t_current_device;
-  t_current_device = index;
-  struct Restore {
-    DeviceIndex previous;
-    ~Restore() { t_current_device = previous; }
-  } restore{previous};
+  const CurrentDeviceScope on_device(index);
 
   Aliases aliases;
   bool generator_given = false;

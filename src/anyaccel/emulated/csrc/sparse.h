@@ -167,13 +167,7 @@ void sparse_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, to
   const size_t first = stack->size() - argument_count;
   const DeviceIndex index =
       sparse_call_device(op, c10::ArrayRef<c10::IValue>(stack->data() + first, argument_count));
-  check_index(index);
-  const DeviceIndex previous = t_current_device;
-  t_current_device = index;
-  struct Restore {
-    DeviceIndex previous;
-    ~Restore() { t_current_device = previous; }
-  } restore{previous};
+  const CurrentDeviceScope on_device(index);
 
   Aliases aliases;
   SparseAliases sparse(aliases);
