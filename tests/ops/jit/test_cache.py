@@ -6,6 +6,8 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from anyaccel.ops.cpu import CPUAdamBuilder
 
 from ..test_builder import TINY_OP, tmp_builder
@@ -64,7 +66,11 @@ def test_two_processes_building_the_same_op_at_once_both_succeed(
     assert len(built) == 1 and (built[0] / "anyaccel-build.json").exists()
 
 
-def test_a_stale_torch_lock_file_does_not_block_a_build(tmp_path: Path) -> None:
+def test_a_stale_torch_lock_file_does_not_block_a_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a cache of its own: the shared one may hold this op's build from an earlier run
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "extensions"))
     builder = tmp_builder(tmp_path, TINY_OP, name="stale_lock")
     build_dir = Path(builder.plan().build_directory)
     build_dir.mkdir(parents=True)
