@@ -35,7 +35,9 @@ def free_port() -> int:
 
 def base_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_", "WORLD"))}
-    env.update(DS_ACCELERATOR="cpu", PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    # faulthandler: a rank that hangs prints every thread's stack when finish() aborts it
+    env.update(DS_ACCELERATOR="cpu", PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1",
+               PYTHONFAULTHANDLER="1")  # fmt: skip
     return env
 
 
@@ -93,13 +95,23 @@ def finish(procs: list[subprocess.Popen[str]], timeout: float = TIMEOUT) -> list
     if timed_out or any(proc.returncode != 0 for proc in procs):
         report = [f"timed out after {timeout} s" if timed_out else "a process failed"]
         for index, proc in enumerate(procs):
-            if proc.poll() is None:
-                proc.kill()
-            out, err = outputs[index] if index in outputs else proc.communicate()
+            out, err = outputs[index] if index in outputs else _stop(proc)
             report.append(f"--- process {index}: exit {proc.returncode}\n"
-                          f"stdout: {out[-1000:]}\nstderr: {err[-3000:]}")  # fmt: skip
+                          f"stdout: {out[-1000:]}\nstderr: {err[-6000:]}")  # fmt: skip
         pytest.fail("\n".join(report))
     return [outputs[index][0] for index in range(len(procs))]
+
+
+def _stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """A hung process's output: SIGABRT first (its faulthandler prints each thread's stack to
+    stderr), SIGKILL if that does not end it."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            return proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.communicate()
 
 
 #: /dev/shm names no test here makes but another job of the gate makes meanwhile: DeepSpeed's
