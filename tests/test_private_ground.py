@@ -110,7 +110,9 @@ HOOKS: dict[tuple[str, str], str] = {
         "inductor's per-device tables (register_backend_for_device, "
         "register_device_op_overrides), its CPU C++ scheduling, Python wrapper and fusion-pass "
         "config, as PyTorch's OpenReg uses them; where one is missing inductor refuses the "
-        "device naming aot_eager (on ImportError of the table itself torch's own error stays)"
+        "device naming aot_eager (on ImportError of the table itself torch's own error stays); "
+        "and get_current_backend (utils and codegen.common), wrapped to say 'cpp' for the "
+        "device's type alone (absent: left alone)"
     ),
     ("emulated/inductor.py", "_dynamo"): (
         "register_interface_for_device and DeviceInterface, Dynamo's runtime interface for a "

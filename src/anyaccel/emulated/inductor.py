@@ -122,7 +122,42 @@ def register_inductor(device_type: str, strict_memory: bool = False) -> bool:
     )
     register_interface_for_device(device_type, _device_interface(device_type))
     _skip_fusion_passes_the_cpu_skips()
+    _name_the_cpp_backend_for(device_type)
     return True
+
+
+#: The device types whose kernels inductor's C++ backend writes (:func:`_name_the_cpp_backend_for`).
+_CPP_DEVICE_TYPES: set[str] = set()
+
+
+def _name_the_cpp_backend_for(device_type: str) -> None:
+    """Make inductor's ``get_current_backend`` say ``"cpp"`` for ``device_type``.
+
+    It answers ``config.cpu_backend`` for the CPU and ``config.cuda_backend`` ("triton") for
+    any device it does not know, and the C++ code generator's type propagation branches on that
+    answer: with "triton" a vectorised mask reduction gets no source dtype
+    (``InductorError: KeyError: None``). The answer for every other device is unchanged.
+    """
+    from torch._inductor import utils
+    from torch._inductor.codegen import common
+
+    _CPP_DEVICE_TYPES.add(device_type)
+    for module in (utils, common):
+        original = getattr(module, "get_current_backend", None)
+        if original is None or getattr(original, "_anyaccel_cpp_types", None) is _CPP_DEVICE_TYPES:
+            continue  # a torch without it (nothing branches on it there), or already wrapped
+
+        def get_current_backend(device_type: str | None = None, _original: Any = original) -> str:
+            if not device_type:
+                from torch._inductor.virtualized import V
+
+                device_type = V.graph.get_current_device_or_throw().type
+            if device_type in _CPP_DEVICE_TYPES:
+                return "cpp"
+            return str(_original(device_type))
+
+        get_current_backend._anyaccel_cpp_types = _CPP_DEVICE_TYPES  # type: ignore[attr-defined]
+        setattr(module, "get_current_backend", get_current_backend)  # noqa: B010
 
 
 #: inductor's fusion passes that its scheduler skips for CPU nodes ("not validated for CPU

@@ -8,6 +8,7 @@ C++, built once).
 from __future__ import annotations
 
 import atexit
+import copy
 import os
 import shutil
 import tempfile
@@ -88,6 +89,55 @@ def test_max_autotune_without_cudagraphs_and_fullgraph_compile_as_on_the_cpu() -
         results[device] = compiled(a.to(device), b.to(device))
     assert results["npu:1"].device == torch.device("npu:1")
     assert torch.allclose(results["npu:1"].cpu(), results["cpu"])
+
+
+@needs_inductor
+@on_emulated(device_type="npu", timeout=COMPILE_TIMEOUT)
+def test_a_mask_reduction_and_a_transformer_layer_compile_with_the_cpus_results() -> None:
+    # inductor took any device but the CPU for a Triton one in its C++ type propagation: a
+    # vectorised mask reduction had no source dtype (InductorError: KeyError: None)
+    _share_one_cache()
+
+    def not_all_masked(x: torch.Tensor) -> torch.Tensor:
+        return (x == -float("inf")).logical_not().any(-1)
+
+    x = torch.randn(4, 8)
+    x[1] = -float("inf")
+    masked = torch.compile(not_all_masked, dynamic=True)(x.to("npu:0"))
+    assert masked.device == torch.device("npu:0")
+    assert torch.equal(masked.cpu(), not_all_masked(x))
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    twin = copy.deepcopy(layer).to("npu:0")
+    causal = torch.nn.Transformer.generate_square_subsequent_mask(8)
+
+    def step(model: torch.nn.Module, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = model(x, src_mask=mask, is_causal=True)
+        out.sum().backward()
+        return out
+
+    x = torch.randn(2, 8, 32)
+    on_cpu = torch.compile(step)(layer, x, causal)
+    on_device = torch.compile(step)(twin, x.to("npu:0"), causal.to("npu:0"))
+    assert on_device.device == torch.device("npu:0")
+    # inductor picks a few algorithms by device type (the variance's, for one): rounding
+    assert torch.allclose(on_device.cpu(), on_cpu, rtol=1e-5, atol=1e-5)
+    for ours, cpus in zip(twin.parameters(), layer.parameters(), strict=True):
+        assert ours.grad is not None and cpus.grad is not None
+        assert torch.allclose(ours.grad.cpu(), cpus.grad, rtol=1e-4, atol=1e-4)
+
+
+@needs_inductor
+def test_other_devices_keep_inductors_backend_answer() -> None:
+    from torch._inductor import utils
+
+    from anyaccel.emulated.inductor import _name_the_cpp_backend_for
+
+    before = {kind: utils.get_current_backend(kind) for kind in ("cpu", "cuda", "xpu")}
+    _name_the_cpp_backend_for("zzq")
+    assert utils.get_current_backend("zzq") == "cpp"
+    assert {kind: utils.get_current_backend(kind) for kind in before} == before
 
 
 @needs_inductor
