@@ -172,6 +172,57 @@ def test_convolution_forward_and_backward_give_the_cpus_results() -> None:
     assert torch.equal(device.weight.grad.cpu(), cpu.weight.grad)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("cell", ["LSTMCell", "GRUCell"])
+@on_emulated()
+def test_the_fused_rnn_cells_a_gpu_runs_give_the_cpus_results_and_gradients(
+    cell: str, bias: bool
+) -> None:
+    # torch's lstm_cell/gru_cell take the fused kernels for accelerator tensors; the CPU has none
+    torch.manual_seed(0)
+    cpu = getattr(torch.nn, cell)(6, 5, bias=bias)
+    device = getattr(torch.nn, cell)(6, 5, bias=bias).to("emu:1")
+    device.load_state_dict(cpu.state_dict())
+    x = torch.randn(3, 6, requires_grad=True)
+    hx = torch.randn(3, 5, requires_grad=True)
+    cx = torch.randn(3, 5, requires_grad=True)
+    state = (hx, cx) if cell == "LSTMCell" else hx
+    twins = [t.detach().to("emu:1").requires_grad_() for t in (x, hx, cx)]
+    state_on_device = (twins[1], twins[2]) if cell == "LSTMCell" else twins[1]
+    expected, got = cpu(x, state), device(twins[0], state_on_device)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    got = got if isinstance(got, tuple) else (got,)
+    # the hidden state alone (the cell state's gradient absent) and both, as training does
+    sum(e.sum() * (i + 1) for i, e in enumerate(expected)).backward()
+    sum(g.sum() * (i + 1) for i, g in enumerate(got)).backward()
+    for mine, theirs in zip(got, expected, strict=True):
+        assert mine.device == torch.device("emu:1")
+        assert torch.allclose(mine.cpu(), theirs.detach(), rtol=1e-5, atol=1e-6)
+    used = twins if cell == "LSTMCell" else twins[:2]
+    for mine, theirs in zip(used, (x, hx, cx), strict=False):
+        assert mine.grad is not None and theirs.grad is not None
+        assert torch.allclose(mine.grad.cpu(), theirs.grad, rtol=1e-5, atol=1e-6)
+    for (name, mine), theirs in zip(device.named_parameters(), cpu.parameters(), strict=True):
+        assert mine.grad is not None and theirs.grad is not None, name
+        assert torch.allclose(mine.grad.cpu(), theirs.grad, rtol=1e-5, atol=1e-6), name
+    only_hidden = device(twins[0], state_on_device)
+    first = only_hidden[0] if isinstance(only_hidden, tuple) else only_hidden
+    (grad,) = torch.autograd.grad(first.sum(), twins[0])
+    (expected_grad,) = torch.autograd.grad(
+        (cpu(x, state)[0] if cell == "LSTMCell" else cpu(x, state)).sum(), x
+    )
+    assert torch.allclose(grad.cpu(), expected_grad, rtol=1e-5, atol=1e-6)
+
+
+@on_emulated()
+def test_a_fused_cell_with_mismatched_shapes_names_them() -> None:
+    gates = torch.zeros(2, 8, device="emu:0")
+    with pytest.raises(RuntimeError, match=r"_thnn_fused_lstm_cell: the state must be"):
+        torch.ops.aten._thnn_fused_lstm_cell(gates, gates, torch.zeros(2, 3, device="emu:0"))
+    with pytest.raises(RuntimeError, match=r"_thnn_fused_gru_cell: input_gates and hidden"):
+        torch.ops.aten._thnn_fused_gru_cell(gates, torch.zeros(2, 6, device="emu:0"), gates)
+
+
 @on_emulated()
 def test_an_op_with_a_composite_kernel_runs_the_cpus_kernel_bit_for_bit() -> None:
     x = torch.randn(8, 33, generator=torch.Generator().manual_seed(3))
