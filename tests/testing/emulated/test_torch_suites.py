@@ -194,3 +194,16 @@ def test_openreg_runner_runs_each_file_on_the_device_named_openreg(tmp_path: Pat
     assert outcomes["test_probe.py::test_device_is_named_openreg"] is Outcome.PASSED
     assert outcomes["test_probe.py::test_a_failure_is_reported"] is Outcome.FAILED
     assert outcomes["test_crash.py"] is Outcome.ERROR
+
+
+def test_a_tensor_passed_twice_stays_one_tensor_on_the_device() -> None:
+    # KLDivLoss's scalar inputs pass one tensor as input and target: its two gradients meet
+    import torch
+
+    from anyaccel.testing.torch_suites.compare_cpu import _moved
+
+    shared, other = torch.randn(3, requires_grad=True), torch.randn(2)
+    args, kwargs = _moved(((shared, shared, other), {"target": shared}), "cpu")
+    assert args[0] is args[1] is kwargs["target"] and args[2] is not args[0]
+    assert args[0].is_leaf and args[0].requires_grad and not args[2].requires_grad
+    assert torch.equal(args[0], shared) and args[0] is not shared

@@ -135,14 +135,21 @@ def opinfo_tests(
     return _instantiate(TestCommon, device_type, machinery)
 
 
-def _moved(value: Any, device: str) -> Any:
-    """``value`` with every tensor in it copied to ``device`` as a new leaf."""
+def _moved(value: Any, device: str, memo: dict[int, torch.Tensor] | None = None) -> Any:
+    """``value`` with every tensor in it copied to ``device`` as a new leaf.
+
+    A tensor given twice stays one tensor (``memo``), so gradients that meet on the CPU meet on
+    the device too (KLDivLoss's scalar inputs pass one tensor as input and target).
+    """
+    memo = {} if memo is None else memo
     if isinstance(value, torch.Tensor):
-        return value.detach().to(device).requires_grad_(value.requires_grad)
+        if id(value) not in memo:
+            memo[id(value)] = value.detach().to(device).requires_grad_(value.requires_grad)
+        return memo[id(value)]
     if isinstance(value, (list, tuple)):
-        return type(value)(_moved(item, device) for item in value)
+        return type(value)(_moved(item, device, memo) for item in value)
     if isinstance(value, dict):
-        return {key: _moved(item, device) for key, item in value.items()}
+        return {key: _moved(item, device, memo) for key, item in value.items()}
     return value
 
 
@@ -188,7 +195,7 @@ def module_tests(
                 on_device = copy.deepcopy(on_cpu).to(device)
                 forward = module_input.forward_input
                 cpu_args, cpu_kwargs = forward.args, forward.kwargs
-                dev_args, dev_kwargs = _moved(cpu_args, device), _moved(cpu_kwargs, device)
+                dev_args, dev_kwargs = _moved((cpu_args, cpu_kwargs), device)
                 expected = _run_seeded(on_cpu, *cpu_args, **cpu_kwargs)
                 actual = _run_seeded(on_device, *dev_args, **dev_kwargs)
                 self.assertEqual(
