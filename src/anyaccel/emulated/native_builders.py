@@ -22,10 +22,10 @@ class EmulatedDeviceBuilder(OpBuilder):
     One translation unit including one header per concern (``devices.h``, ``allocator.h``,
     ``memory_protection.h``, ``generator.h``, ``guard.h``, ``deferred_copies.h``, ``hooks.h``,
     ``host_alias.h``, ``cpu_kernel_ops.h``, ``fallback.h``, ``kernels.h``, ``sparse.h``,
-    ``rnn_cells.h``, ``autocast.h``, ``stream_clocks.h``): torch's headers are most of a build,
-    so they are compiled once. Loading it registers the guard, the fallback and the kernels with
-    torch, so it is built and loaded only when the emulated device is installed (or pre-built:
-    ``anyaccel ops --build``).
+    ``rnn_cells.h``, ``sdpa.h``, ``autocast.h``, ``stream_clocks.h``): torch's headers are most
+    of a build, so they are compiled once. Loading it registers the guard, the fallback and the
+    kernels with torch, so it is built and loaded only when the emulated device is installed (or
+    pre-built: ``anyaccel ops --build``).
     """
 
     NAME = "emulated_device"

@@ -223,6 +223,36 @@ def test_a_fused_cell_with_mismatched_shapes_names_them() -> None:
         torch.ops.aten._thnn_fused_gru_cell(gates, torch.zeros(2, 6, device="emu:0"), gates)
 
 
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
+@on_emulated()
+def test_attention_takes_the_cpus_fused_kernel_with_its_results_bit_for_bit(
+    dtype_name: str,
+) -> None:
+    # torch asks a PrivateUse1 device for its attention kernel and takes the math form where the
+    # device does not answer: the device answers as the CPU, whose kernels it runs
+    dtype = getattr(torch, dtype_name)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 8, dtype=dtype, requires_grad=True) for _ in range(3))
+    mask = torch.randn(16, 16).to(dtype)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    for kwargs in ({"is_causal": True}, {"attn_mask": mask}, {"scale": 0.3}):
+        on_device = [t.detach().to("emu:1").requires_grad_() for t in (q, k, v)]
+        device_kwargs = {
+            key: value.to("emu:1") if isinstance(value, torch.Tensor) else value
+            for key, value in kwargs.items()
+        }
+        expected, got = sdpa(q, k, v, **kwargs), sdpa(*on_device, **device_kwargs)
+        assert type(got.grad_fn).__name__ == type(expected.grad_fn).__name__, kwargs
+        assert got.device == torch.device("emu:1")
+        assert torch.equal(got.cpu(), expected), kwargs
+        cpu_grads = torch.autograd.grad(expected.sum(), (q, k, v))
+        device_grads = torch.autograd.grad(got.sum(), on_device)
+        for mine, theirs in zip(device_grads, cpu_grads, strict=True):
+            assert torch.equal(mine.cpu(), theirs), kwargs
+    choice = torch.ops.aten._fused_sdp_choice
+    assert choice(*(t.to("emu:0") for t in (q, k, v))) == choice(q, k, v)
+
+
 @on_emulated()
 def test_an_op_with_a_composite_kernel_runs_the_cpus_kernel_bit_for_bit() -> None:
     x = torch.randn(8, 33, generator=torch.Generator().manual_seed(3))

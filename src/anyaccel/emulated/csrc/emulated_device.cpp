@@ -13,8 +13,8 @@
 // device memory the host cannot touch outside kernels), generator.h, guard.h, hooks.h,
 // deferred_copies.h (device-to-host copies landing at a synchronization), stream_clocks.h,
 // host_alias.h, cpu_kernel_ops.h (which ops the fallback takes), fallback.h, kernels.h,
-// sparse.h (sparse layouts), rnn_cells.h (the fused LSTM/GRU cells), autocast.h; here,
-// configuration and the Python face.
+// sparse.h (sparse layouts), rnn_cells.h (the fused LSTM/GRU cells), sdpa.h (attention's
+// kernel choice), autocast.h; here, configuration and the Python face.
 
 #include "allocator.h"
 #include "autocast.h"
@@ -27,6 +27,7 @@
 #include "host_alias.h"
 #include "kernels.h"
 #include "rnn_cells.h"
+#include "sdpa.h"
 #include "sparse.h"
 
 namespace anyaccel {
