@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from anyaccel import detection
 from anyaccel.detection import detect_accelerator
 from anyaccel.errors import AcceleratorUnavailableError
+from anyaccel.probe import resolve
+from anyaccel.registry import BUILTIN_CANDIDATES
 from anyaccel.testing.simulated import (
     simulate_cuda,
     simulate_hpu,
@@ -104,3 +109,55 @@ def test_forcing_a_vendor_skips_earlier_ones(monkeypatch: pytest.MonkeyPatch) ->
     with simulate_npu(), simulate_sdaa():
         acc, report = detect_accelerator()
     assert acc._name == "sdaa" and [p.name for p in report.probes] == ["sdaa"]
+
+
+def _guarded_labels(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The labels detection hands to the guard from now on."""
+    labels: list[str] = []
+    real = detection.run_guarded
+
+    def recording(label: str, function: Any, timeout: float | None) -> Any:
+        labels.append(label)
+        return real(label, function, timeout)
+
+    monkeypatch.setattr(detection, "run_guarded", recording)
+    return labels
+
+
+def test_a_vendor_runtime_that_is_plainly_absent_costs_no_guarded_probe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    labels = _guarded_labels(monkeypatch)
+    _, report = detect_accelerator()
+    absent = {
+        row.path: resolve(row.accelerator).runtime_absent()
+        for row in BUILTIN_CANDIDATES
+        if hasattr(resolve(row.accelerator), "runtime_absent")
+    }
+    decided = {path: reason for path, reason in absent.items() if reason is not None}
+    assert decided, "on any torch some vendor runtime is absent (torch_npu and torch_mlu at once)"
+    for probe in report.probes:
+        if probe.candidate in decided:
+            assert (probe.kind, probe.reason) == ("not_installed", decided[probe.candidate])
+    assert not [label for label in labels if any(path in label for path in decided)]
+
+
+def test_an_installed_runtime_is_still_probed_behind_the_guard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    labels = _guarded_labels(monkeypatch)
+    with simulate_mlu(device_count=0):
+        _, report = detect_accelerator()
+    assert "the mlu (torch_mlu) probe" in labels
+    assert _row(report, "mlu").kind == "no_device"  # type: ignore[attr-defined]
+
+
+def test_absent_answers_match_what_each_probe_says() -> None:
+    for row in BUILTIN_CANDIDATES:
+        absent = getattr(resolve(row.accelerator), "runtime_absent", None)
+        reason = absent() if absent is not None else None
+        if reason is not None:
+            outcome = resolve(row.probe)()
+            assert (outcome.kind, outcome.reason) == ("not_installed", reason), row.path

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import pickle
 
 import pytest
 
@@ -15,6 +18,7 @@ from anyaccel.probe import (
     ProbeKind,
     ProbeOutcome,
     forced_name,
+    package_absent,
     package_installed,
 )
 
@@ -64,3 +68,50 @@ def test_detection_reexports_the_vocabulary() -> None:
     assert detection.BackendCandidate is BackendCandidate
     assert detection.package_installed is package_installed
     assert detection.forced_name is forced_name
+
+
+def test_records_are_frozen_compared_hashed_and_shown_by_value() -> None:
+    outcome = ProbeOutcome.found("two boards", 2)
+    assert outcome == ProbeOutcome("available", "two boards", 2)  # type: ignore[arg-type]
+    assert outcome != ProbeOutcome.found("one board", 1)
+    assert hash(outcome) == hash(ProbeOutcome.found("two boards", 2))
+    assert repr(outcome) == (
+        "ProbeOutcome(kind=<ProbeKind.AVAILABLE: 'available'>, reason='two boards', "
+        "device_count=2, remedy='')"
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError, match="'reason'"):
+        outcome.reason = "changed"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del outcome.kind
+    assert outcome.reason == "two boards"
+
+
+def test_records_replace_and_convert_to_plain_data_as_a_dataclass_does() -> None:
+    outcome = ProbeOutcome.broken("import failed", "reinstall")
+    changed = outcome.replace(reason="still failing")
+    assert (changed.reason, changed.remedy, outcome.reason) == (
+        "still failing",
+        "reinstall",
+        "import failed",
+    )
+    with pytest.raises(TypeError, match="no field"):
+        outcome.replace(colour="red")
+    report = detection.DetectionReport(
+        "cpu", "x.Cpu", HowChosen.DETECTED, None,
+        probes=(detection.ProbeRecord("cpu (fallback)", "cpu", 1, ProbeKind.AVAILABLE,
+                                      "here", Decision.SELECTED, 0.001, 1),),
+    )  # fmt: skip
+    data = report.to_dict()
+    assert data["probes"][0]["decision"] == "selected" and isinstance(data["probes"], tuple)
+    assert json.loads(json.dumps(data))["probes"][0]["candidate"] == "cpu (fallback)"
+
+
+def test_records_survive_pickle_and_deepcopy() -> None:
+    candidate = BackendCandidate("board", "board (x)", 5, "m:probe", "m:Board", origin="x")
+    for copied in (pickle.loads(pickle.dumps(candidate)), copy.deepcopy(candidate)):
+        assert copied == candidate and copied is not candidate
+
+
+def test_package_absent_names_the_top_level_package_or_says_nothing() -> None:
+    assert package_absent("json.decoder") is None
+    assert package_absent("no_such_runtime_pkg.torch.hpu") == "no_such_runtime_pkg is not installed"

@@ -14,8 +14,6 @@ import os
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 from anyaccel.abstract import Accelerator
 from anyaccel.contract import (
@@ -48,6 +46,7 @@ from anyaccel.probe import (
     FORCE_ENV,
     BackendCandidate,
     Decision,
+    FrozenRecord,
     HowChosen,
     PluginState,
     PluginStatus,
@@ -101,10 +100,19 @@ _missing_members = missing_members
 _validated = validated
 
 
-@dataclass(frozen=True)
-class ProbeRecord:
+class ProbeRecord(FrozenRecord):
     """One line of the trace: a candidate, what its probe found and what was decided."""
 
+    _fields = (
+        "candidate",
+        "name",
+        "priority",
+        "kind",
+        "reason",
+        "decision",
+        "seconds",
+        "device_count",
+    )
     candidate: str
     name: str
     priority: int
@@ -112,13 +120,35 @@ class ProbeRecord:
     reason: str
     decision: Decision
     seconds: float
-    device_count: int | None = None
+    device_count: int | None
+
+    def __init__(
+        self,
+        candidate: str,
+        name: str,
+        priority: int,
+        kind: ProbeKind,
+        reason: str,
+        decision: Decision,
+        seconds: float,
+        device_count: int | None = None,
+    ) -> None:
+        self._set_fields(candidate, name, priority, kind, reason, decision, seconds, device_count)
 
 
-@dataclass(frozen=True)
-class DetectionReport:
+class DetectionReport(FrozenRecord):
     """The trace of how the current accelerator was chosen."""
 
+    _fields = (
+        "accelerator",
+        "accelerator_class",
+        "how",
+        "forced_name",
+        "probes",
+        "seconds",
+        "plugins",
+        "stands_in_for",
+    )
     accelerator: str
     """The chosen accelerator's name."""
     accelerator_class: str
@@ -127,16 +157,34 @@ class DetectionReport:
     """``"detected"``, ``"DS_ACCELERATOR"`` or ``"set_accelerator"``."""
     forced_name: str | None
     """The value of ``DS_ACCELERATOR`` when it decided the choice."""
-    probes: tuple[ProbeRecord, ...] = field(default_factory=tuple)
-    seconds: float = 0.0
-    plugins: tuple[PluginStatus, ...] = field(default_factory=tuple)
+    probes: tuple[ProbeRecord, ...]
+    seconds: float
+    plugins: tuple[PluginStatus, ...]
     """What became of every installed plugin (empty when none was looked for)."""
-    stands_in_for: tuple[str, ...] = field(default_factory=tuple)
+    stands_in_for: tuple[str, ...]
     """Plugins that failed before the chosen backend, which stands in for them: one line each."""
 
-    def to_dict(self) -> dict[str, Any]:
-        """The report as plain data, for JSON."""
-        return asdict(self)
+    def __init__(
+        self,
+        accelerator: str,
+        accelerator_class: str,
+        how: HowChosen,
+        forced_name: str | None,
+        probes: tuple[ProbeRecord, ...] = (),
+        seconds: float = 0.0,
+        plugins: tuple[PluginStatus, ...] = (),
+        stands_in_for: tuple[str, ...] = (),
+    ) -> None:
+        self._set_fields(
+            accelerator,
+            accelerator_class,
+            how,
+            forced_name,
+            probes,
+            seconds,
+            plugins,
+            stands_in_for,
+        )
 
     def format(self) -> str:
         """The report as a table a person can read."""
@@ -211,14 +259,40 @@ def _plugin_failed(candidate: BackendCandidate, state: PluginState, detail: str)
     warnings.warn(f"{detail}; passing over it", PluginWarning, stacklevel=5)
 
 
+def _is_builtin_row(candidate: BackendCandidate) -> bool:
+    """Whether ``candidate`` is one of anyaccel's own rows (not a plugin's, not registered)."""
+    return any(candidate is row for row in BUILTIN_CANDIDATES)
+
+
+def _absent(candidate: BackendCandidate) -> tuple[ProbeOutcome, float] | None:
+    """A built-in row's runtime found plainly absent without the guard, or ``None``.
+
+    The row's class answers ``runtime_absent()`` from torch's build flags and ``find_spec``
+    alone (anyaccel's code, no vendor code), so a machine without a vendor's runtime starts no
+    guarded thread for it. Anything unexpected leaves the answer to the guarded probe.
+    """
+    if not _is_builtin_row(candidate):
+        return None  # plugins and registered rows: their own probe, behind the guard
+    start = time.perf_counter()
+    try:
+        absent = getattr(resolve(candidate.accelerator), "runtime_absent", None)
+        reason = absent() if absent is not None else None
+    except Exception:  # the guarded probe meets it again and says what
+        return None
+    if not isinstance(reason, str):
+        return None
+    return ProbeOutcome.not_installed(reason, ""), time.perf_counter() - start
+
+
 def _probe(candidate: BackendCandidate, timeout: float | None) -> tuple[ProbeOutcome, float]:
     """Run the candidate's probe behind the guard: whatever it does, an outcome comes back."""
-    result = run_guarded(_what(candidate, "probe"), lambda: _checked_outcome(candidate), timeout)
+    label = _what(candidate, "probe")
+    result = run_guarded(label, lambda: _checked_outcome(candidate), timeout)
     if result.ok and result.value is not None:
         return result.value, result.seconds
     if candidate.is_builtin and isinstance(result.error, InvalidSettingError):
         raise result.error  # a bad setting of ours is the user's to fix, not a broken runtime
-    problem = f"{_what(candidate, 'probe')} {result.problem()}"
+    problem = f"{label} {result.problem()}"
     if not candidate.is_builtin:
         _plugin_failed(candidate, PluginState.BROKEN, problem)
     return ProbeOutcome.broken(problem, _remedy(candidate)), result.seconds
@@ -320,7 +394,9 @@ def detect_accelerator(*, probe_all: bool = False) -> tuple[Accelerator, Detecti
         if chosen is not None and not probe_all:
             records.append(_not_probed(candidate))
             continue
-        outcome, seconds = _probe(candidate, timeout)
+        # Forced, the probe itself runs: its outcome carries the remedy the error quotes.
+        absent = _absent(candidate) if forced is None else None
+        outcome, seconds = absent if absent is not None else _probe(candidate, timeout)
         if not outcome.available:
             failures.append((candidate, outcome))
             records.append(_record(candidate, outcome, seconds, Decision.PASSED_OVER))
@@ -382,7 +458,7 @@ def detect_accelerator(*, probe_all: bool = False) -> tuple[Accelerator, Detecti
         )
     if stands_in_for:
         records = [
-            replace(r, reason=f"{r.reason} (stands in for the failed plugin(s) above)")
+            r.replace(reason=f"{r.reason} (stands in for the failed plugin(s) above)")
             if r.decision == Decision.SELECTED
             else r
             for r in records

@@ -13,20 +13,22 @@ import importlib.util
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import FrozenInstanceError
+from typing import Any, ClassVar, TypeVar
 
 __all__ = [
     "ALLOW_ENV",
     "FORCE_ENV",
     "BackendCandidate",
     "Decision",
+    "FrozenRecord",
     "HowChosen",
     "PluginState",
     "PluginStatus",
     "ProbeKind",
     "ProbeOutcome",
     "forced_name",
+    "package_absent",
     "package_installed",
     "resolve",
     "torch_release",
@@ -84,31 +86,106 @@ class PluginState(_Word):
     NOT_ALLOWED = "not allowed"
 
 
-@dataclass(frozen=True)
-class PluginStatus:
+_Record = TypeVar("_Record", bound="FrozenRecord")
+
+
+class FrozenRecord:
+    """An immutable record, as a frozen dataclass behaves: fields set once by ``__init__``,
+    equal, hashed and shown by value, with ``replace()`` and ``to_dict()``.
+
+    Written out, not a dataclass: each frozen dataclass compiles six methods when its module
+    is imported (about 0.4 ms), a cost every first detection paid for each record it uses.
+    """
+
+    #: The fields, in the order the constructor takes them.
+    _fields: ClassVar[tuple[str, ...]] = ()
+
+    def _set_fields(self, *values: object) -> None:
+        for name, value in zip(self._fields, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, FrozenRecord)
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"{type(self).__qualname__}({shown})"
+
+    def replace(self: _Record, **changes: Any) -> _Record:
+        """A copy with ``changes`` made (``dataclasses.replace``'s job)."""
+        unknown = set(changes) - set(self._fields)
+        if unknown:
+            raise TypeError(f"{type(self).__qualname__} has no field(s) {sorted(unknown)}")
+        values = {name: getattr(self, name) for name in self._fields}
+        return type(self)(**{**values, **changes})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain data, records inside it too (``dataclasses.asdict``'s job)."""
+        return {name: _plain(getattr(self, name)) for name in self._fields}
+
+
+def _plain(value: object) -> Any:
+    if isinstance(value, FrozenRecord):
+        return value.to_dict()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+class PluginStatus(FrozenRecord):
     """What became of one discovered plugin entry point, and why."""
 
+    _fields = ("name", "value", "distribution", "state", "detail")
     name: str
     value: str
     distribution: str
     state: PluginState
     """``"loaded"``, ``"broken"``, ``"rejected"`` or ``"not allowed"``."""
-    detail: str = ""
+    detail: str
+
+    def __init__(
+        self, name: str, value: str, distribution: str, state: PluginState, detail: str = ""
+    ) -> None:
+        self._set_fields(name, value, distribution, state, detail)
 
 
-@dataclass(frozen=True)
-class ProbeOutcome:
+class ProbeOutcome(FrozenRecord):
     """What one probe found: whether its backend can run here, and why (not)."""
 
+    _fields = ("kind", "reason", "device_count", "remedy")
     kind: ProbeKind
     """``"available"``, ``"not_installed"``, ``"broken"`` or ``"no_device"``."""
     reason: str
-    device_count: int | None = None
-    remedy: str = ""
+    device_count: int | None
+    remedy: str
     """What a user who forces this backend should do about it."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", ProbeKind(self.kind))  # plain strings still accepted
+    def __init__(
+        self,
+        kind: ProbeKind | str,
+        reason: str,
+        device_count: int | None = None,
+        remedy: str = "",
+    ) -> None:
+        # plain strings still accepted
+        self._set_fields(ProbeKind(kind), reason, device_count, remedy)
 
     @property
     def available(self) -> bool:
@@ -136,10 +213,10 @@ class ProbeOutcome:
         return cls(ProbeKind.NO_DEVICE, reason, 0, remedy)
 
 
-@dataclass(frozen=True)
-class BackendCandidate:
+class BackendCandidate(FrozenRecord):
     """One way of providing an accelerator, as the cascade tries it."""
 
+    _fields = ("name", "path", "priority", "probe", "accelerator", "origin", "creation_seconds")
     name: str
     """The accelerator name ``DS_ACCELERATOR`` accepts (several candidates may share one)."""
     path: str
@@ -151,11 +228,23 @@ class BackendCandidate:
     accelerator: str | Callable[[], object]
     """``"module:Class"`` (or a callable) that makes the accelerator once probed (detection
     checks what it makes against the contract: this vocabulary module knows no contract)."""
-    origin: str = "anyaccel"
+    origin: str
     """Who registered it: ``"anyaccel"`` or the plugin's distribution."""
-    creation_seconds: float | None = None
+    creation_seconds: float | None
     """The least time its constructor gets, past the probe timeout: one that may compile native
     code on first use (the emulated device) needs minutes, not the probe's seconds."""
+
+    def __init__(
+        self,
+        name: str,
+        path: str,
+        priority: int,
+        probe: str | Callable[[], ProbeOutcome],
+        accelerator: str | Callable[[], object],
+        origin: str = "anyaccel",
+        creation_seconds: float | None = None,
+    ) -> None:
+        self._set_fields(name, path, priority, probe, accelerator, origin, creation_seconds)
 
     @property
     def is_builtin(self) -> bool:
@@ -198,6 +287,15 @@ def package_installed(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
+
+
+def package_absent(package: str) -> str | None:
+    """``"<top> is not installed"`` when ``package``'s top-level package cannot be found, else None.
+
+    Found with ``find_spec`` alone: no vendor code runs, so detection may ask it unguarded.
+    """
+    top = package.partition(".")[0]
+    return None if package_installed(top) else f"{top} is not installed"
 
 
 def forced_name() -> str | None:

@@ -49,7 +49,7 @@ class _BuiltinCandidate(BackendCandidate):
         return label
 
     @path.setter
-    def path(self, label: str | None) -> None:  # the dataclass's __init__ sets it, once
+    def path(self, label: str | None) -> None:  # the record's __init__ sets it, once
         self.__dict__["_label"] = label
 
 

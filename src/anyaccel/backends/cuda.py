@@ -35,11 +35,9 @@ def probe() -> ProbeOutcome:
     """Count CUDA/ROCm devices through NVML (or amdsmi) without creating a CUDA context."""
     version = torch.__version__
     backend = "ROCm" if torch.version.hip else "CUDA"
-    if not torch.backends.cuda.is_built():  # type: ignore[no-untyped-call]
-        return ProbeOutcome.not_installed(
-            f"torch {version} is a CPU-only build (no CUDA or ROCm support compiled in)",
-            _INSTALL_HINT + ".",
-        )
+    absent = CudaAccelerator.runtime_absent()
+    if absent is not None:
+        return ProbeOutcome.not_installed(absent, _INSTALL_HINT + ".")
     check = ROCM_RUNTIME_CHECK if torch.version.hip else RUNTIME_CHECK
     count = count_devices(torch.cuda.device_count, "torch.cuda", "torch", check)
     if isinstance(count, ProbeOutcome):
@@ -71,6 +69,15 @@ class CudaAccelerator(TorchModuleAccelerator):
     supports_nvtx_domain = True
     export_env_prefixes = ("NCCL",)
     host_registration = ("cudart", "cudaHostRegister", "cudaHostUnregister", 0)
+
+    @classmethod
+    def runtime_absent(cls) -> str | None:
+        """A CPU-only torch build: torch's own flag, read without touching a driver."""
+        if torch.backends.cuda.is_built():  # type: ignore[no-untyped-call]
+            return None
+        return (
+            f"torch {torch.__version__} is a CPU-only build (no CUDA or ROCm support compiled in)"
+        )
 
     def visible_devices_envs(self) -> list[str]:
         """``CUDA_VISIBLE_DEVICES``, and ``HIP_VISIBLE_DEVICES`` on ROCm."""

@@ -120,6 +120,12 @@ class GenericAccelerator(TorchModuleAccelerator):
 
     _compile_backend = "inductor"
 
+    @classmethod
+    def runtime_absent(cls) -> str | None:
+        """No device type torch knows of (torch's compile-time answer: no device context)."""
+        device_type, how = torch_device_type()
+        return how if device_type is None else None
+
     def __init__(self, device_type: str | None = None, device_module: Any | None = None) -> None:
         if device_type is None:
             device_type, how = torch_device_type()

@@ -23,13 +23,12 @@ __all__ = ["MpsAccelerator", "probe"]
 
 def probe() -> ProbeOutcome:
     """Ask ``torch.backends.mps`` whether this build and this Mac can run Metal."""
-    mps_backend = torch.backends.mps
-    if not mps_backend.is_built():
+    absent = MpsAccelerator.runtime_absent()
+    if absent is not None:
         return ProbeOutcome.not_installed(
-            f"torch {torch.__version__} was built without MPS (only macOS builds have it)",
-            "Run on Apple silicon with the macOS build of torch (pip install torch).",
+            absent, "Run on Apple silicon with the macOS build of torch (pip install torch)."
         )
-    if not mps_backend.is_available():
+    if not torch.backends.mps.is_available():
         return ProbeOutcome.no_device(
             "torch has MPS but this Mac cannot run it (macOS 12.3+ and a Metal GPU needed)",
             "Upgrade macOS to 12.3 or later on a Mac with Apple silicon or a Metal GPU.",
@@ -47,6 +46,13 @@ class MpsAccelerator(TorchModuleAccelerator):
     profiler_module_name = None
     visible_devices_env_names = ("CUDA_VISIBLE_DEVICES",)
     export_env_prefixes = ()
+
+    @classmethod
+    def runtime_absent(cls) -> str | None:
+        """A torch built without MPS (every build but macOS's): torch's own flag."""
+        if torch.backends.mps.is_built():
+            return None
+        return f"torch {torch.__version__} was built without MPS (only macOS builds have it)"
 
     #: Peaks since the last reset (torch.mps keeps none); instance values once first raised.
     _peak_allocated = 0

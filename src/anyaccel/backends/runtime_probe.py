@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from anyaccel.errors import AnyaccelError
-from anyaccel.probe import ProbeOutcome, package_installed
+from anyaccel.probe import ProbeOutcome, package_absent
 from anyaccel.settings import AUTOLOAD_ENV
 
 if TYPE_CHECKING:
@@ -149,8 +149,9 @@ def probe_device_runtime(
     ``device_count()`` is called, which no vendor runtime makes create a device context). If
     that raises, the outcome quotes the runtime's exception and ``check``'s remedy.
     """
-    if not package_installed(_top_level(package)):
-        return ProbeOutcome.not_installed(f"{_top_level(package)} is not installed", install_hint)
+    absent = package_absent(package)
+    if absent is not None:
+        return ProbeOutcome.not_installed(absent, install_hint)
     try:
         imported = import_runtime(package)
     except RuntimeImportError as error:

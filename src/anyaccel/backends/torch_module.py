@@ -19,6 +19,7 @@ import torch
 
 from anyaccel.abstract import Accelerator, InstanceDefault
 from anyaccel.errors import AcceleratorError, UnsupportedFeatureError
+from anyaccel.probe import package_absent
 
 __all__ = ["TorchModuleAccelerator"]
 
@@ -121,6 +122,15 @@ class TorchModuleAccelerator(Accelerator):
         super()._settle()
         if isinstance(self._module, _UnloadedDeviceModule):
             self._module = self._load_device_module()
+
+    @classmethod
+    def runtime_absent(cls) -> str | None:
+        """Why this backend's runtime is plainly not here, found without running vendor code.
+
+        ``None``: it may be here, and the guarded probe decides. Detection asks this first, in
+        its own thread, so a machine without the runtime pays no guarded probe for it.
+        """
+        return package_absent(cls.runtime_package) if cls.runtime_package else None
 
     @classmethod
     def load_device_module(cls) -> Any:

@@ -43,6 +43,7 @@ __all__ = [
 
 #: The first torch release whose native ``torch.xpu`` anyaccel accepts (``xccl`` arrived here).
 NATIVE_MIN_TORCH = (2, 8)
+_NATIVE_NEEDED = ".".join(map(str, NATIVE_MIN_TORCH))
 
 #: How users check the runtime when it fails (Intel's own status tool).
 RUNTIME_CHECK = RuntimeCheck(
@@ -107,23 +108,14 @@ def _cuda_device_count() -> int:
 
 def probe_native() -> ProbeOutcome:
     """torch >= 2.8 built with XPU sees a device, and no CUDA device competes for the process."""
-    release = torch_release()
-    needed = ".".join(map(str, NATIVE_MIN_TORCH))
-    install = (
-        f"Install torch >= {needed} built for XPU: "
-        "pip install torch --index-url https://download.pytorch.org/whl/xpu"
-    )
+    absent = XpuAccelerator.runtime_absent()
+    if absent is not None:
+        return ProbeOutcome.not_installed(
+            absent,
+            f"Install torch >= {_NATIVE_NEEDED} built for XPU: "
+            "pip install torch --index-url https://download.pytorch.org/whl/xpu.",
+        )
     module = _xpu_module()
-    if release < NATIVE_MIN_TORCH or module is None:
-        return ProbeOutcome.not_installed(
-            f"torch {torch.__version__} has no native XPU support (needs >= {needed})",
-            install + ".",
-        )
-    is_compiled = getattr(module, "_is_compiled", None)
-    if is_compiled is not None and not is_compiled():
-        return ProbeOutcome.not_installed(
-            f"torch {torch.__version__} was built without XPU support", install + "."
-        )
     count = count_devices(module.device_count, "torch.xpu", "torch", RUNTIME_CHECK)
     if isinstance(count, ProbeOutcome):
         return count
@@ -159,6 +151,21 @@ class XpuAccelerator(TorchModuleAccelerator):
     profiler_module_name = "itt"
     visible_devices_env_names = ("ZE_AFFINITY_MASK",)
     export_env_prefixes = ()
+
+    @classmethod
+    def runtime_absent(cls) -> str | None:
+        """Native: a torch too old for it or built without it (torch's flags); IPEX: not found."""
+        if cls.runtime_package:
+            return super().runtime_absent()
+        module = _xpu_module()
+        if torch_release() < NATIVE_MIN_TORCH or module is None:
+            return (
+                f"torch {torch.__version__} has no native XPU support (needs >= {_NATIVE_NEEDED})"
+            )
+        is_compiled = getattr(module, "_is_compiled", None)
+        if is_compiled is not None and not is_compiled():
+            return f"torch {torch.__version__} was built without XPU support"
+        return None
 
     def random(self) -> Any:
         """``torch.xpu.random`` where the runtime has it, else ``torch.random``."""

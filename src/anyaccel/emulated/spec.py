@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 
 from anyaccel.errors import InvalidSettingError
+from anyaccel.probe import FrozenRecord
 from anyaccel.settings import EMULATED_ENV
 
 __all__ = [
@@ -83,17 +83,24 @@ def parse_capacity(value: int | str | None) -> int | None:
     return size
 
 
-@dataclass(frozen=True)
-class EmulatedSpec:
+class EmulatedSpec(FrozenRecord):
     """One process's emulated devices: the type torch will call them, their count and capacity,
     and whether their memory is out of the host's reach outside the device's kernels."""
 
-    device_type: str = DEFAULT_DEVICE_TYPE
-    device_count: int = 2
-    memory_capacity: int | None = None
-    strict_memory: bool = False
+    _fields = ("device_type", "device_count", "memory_capacity", "strict_memory")
+    device_type: str
+    device_count: int
+    memory_capacity: int | None
+    strict_memory: bool
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        device_type: str = DEFAULT_DEVICE_TYPE,
+        device_count: int = 2,
+        memory_capacity: int | None = None,
+        strict_memory: bool = False,
+    ) -> None:
+        self._set_fields(device_type, device_count, memory_capacity, strict_memory)
         if not isinstance(self.device_type, str) or not _TYPE.match(self.device_type):
             raise ValueError(
                 f"device type {self.device_type!r} is not a valid name: use lower-case letters, "

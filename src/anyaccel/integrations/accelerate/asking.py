@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +139,7 @@ def _device_runtime() -> dict[str, Any]:
 
     spec = installed_spec()
     if spec is not None and spec.device_type == name:
-        runtime["emulated"] = asdict(spec)
+        runtime["emulated"] = spec.to_dict()
     return runtime
 
 
