@@ -61,6 +61,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         )
 
 
+#: The most xdist workers ``-n auto`` starts (pyproject's addopts): many tests start ranks or
+#: compilers of their own, so more workers than this only oversubscribe a big machine.
+MAX_WORKERS = 8
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: the CPUs this process may use (a container's share, not the host's), <= 8."""
+    configured = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if configured and configured.isdigit():
+        return int(configured)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(usable or 1, MAX_WORKERS))
+
+
 @pytest.fixture(scope="session")
 def session_extensions_dir() -> Path:
     """The op cache every test that builds shares: the user's own (``extensions_root()``).

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import pytest
 
 from anyaccel.detection import detect_accelerator
 from anyaccel.distributed import LAUNCHERS
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -129,13 +129,6 @@ def test_runnable_blocks_run_on_the_cpu(tmp_path: Path) -> None:
 def first_script(page: Path) -> str:
     """The first runnable block of ``page``: the whole script the page walks through."""
     return next(b.code for b in python_blocks(page) if b.marker == RUNNABLE)
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_the_getting_started_script_runs_alone_and_under_torchrun(

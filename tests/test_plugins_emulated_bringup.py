@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from tests.test_plugins_out_of_tree import venv_with_package
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The probe vocabulary: what a probe found, how a candidate is described, the status words.
+"""The probe vocabulary: what a probe found, how candidates are described, the trace, status words.
 
 This is the bottom of anyaccel's detection layers: backends import it to describe themselves,
 the registry and detection import it to run them. It imports nothing else from anyaccel, so
@@ -21,12 +21,14 @@ __all__ = [
     "FORCE_ENV",
     "BackendCandidate",
     "Decision",
+    "DetectionReport",
     "FrozenRecord",
     "HowChosen",
     "PluginState",
     "PluginStatus",
     "ProbeKind",
     "ProbeOutcome",
+    "ProbeRecord",
     "forced_name",
     "package_absent",
     "package_installed",
@@ -250,6 +252,129 @@ class BackendCandidate(FrozenRecord):
     def is_builtin(self) -> bool:
         """Whether anyaccel itself provides this candidate (not a plugin or a user)."""
         return self.origin == "anyaccel"
+
+
+class ProbeRecord(FrozenRecord):
+    """One line of the trace: a candidate, what its probe found and what was decided."""
+
+    _fields = (
+        "candidate",
+        "name",
+        "priority",
+        "kind",
+        "reason",
+        "decision",
+        "seconds",
+        "device_count",
+    )
+    candidate: str
+    name: str
+    priority: int
+    kind: ProbeKind
+    reason: str
+    decision: Decision
+    seconds: float
+    device_count: int | None
+
+    def __init__(
+        self,
+        candidate: str,
+        name: str,
+        priority: int,
+        kind: ProbeKind,
+        reason: str,
+        decision: Decision,
+        seconds: float,
+        device_count: int | None = None,
+    ) -> None:
+        self._set_fields(candidate, name, priority, kind, reason, decision, seconds, device_count)
+
+
+class DetectionReport(FrozenRecord):
+    """The trace of how the current accelerator was chosen."""
+
+    _fields = (
+        "accelerator",
+        "accelerator_class",
+        "how",
+        "forced_name",
+        "probes",
+        "seconds",
+        "plugins",
+        "stands_in_for",
+    )
+    accelerator: str
+    """The chosen accelerator's name."""
+    accelerator_class: str
+    """``module.Class`` of the chosen accelerator."""
+    how: HowChosen
+    """``"detected"``, ``"DS_ACCELERATOR"`` or ``"set_accelerator"``."""
+    forced_name: str | None
+    """The value of ``DS_ACCELERATOR`` when it decided the choice."""
+    probes: tuple[ProbeRecord, ...]
+    seconds: float
+    plugins: tuple[PluginStatus, ...]
+    """What became of every installed plugin (empty when none was looked for)."""
+    stands_in_for: tuple[str, ...]
+    """Plugins that failed before the chosen backend, which stands in for them: one line each."""
+
+    def __init__(
+        self,
+        accelerator: str,
+        accelerator_class: str,
+        how: HowChosen,
+        forced_name: str | None,
+        probes: tuple[ProbeRecord, ...] = (),
+        seconds: float = 0.0,
+        plugins: tuple[PluginStatus, ...] = (),
+        stands_in_for: tuple[str, ...] = (),
+    ) -> None:
+        self._set_fields(
+            accelerator,
+            accelerator_class,
+            how,
+            forced_name,
+            probes,
+            seconds,
+            plugins,
+            stands_in_for,
+        )
+
+    def format(self) -> str:
+        """The report as a table a person can read."""
+        lines = [f"accelerator: {self.accelerator} ({self.accelerator_class})"]
+        lines.extend(
+            f"STAND-IN: {self.accelerator!r} stands in for {failed}"
+            for failed in self.stands_in_for
+        )
+        if self.how == HowChosen.FORCED:
+            lines.append(f"chosen by: {FORCE_ENV}={self.forced_name}")
+        elif self.how == HowChosen.SET:
+            lines.append("chosen by: set_accelerator()")
+        else:
+            lines.append(f"chosen by: detection ({FORCE_ENV} not set)")
+        lines.append(f"detection took {self.seconds * 1000:.2f} ms")
+        if self.probes:
+            width = max(len(p.candidate) for p in self.probes)
+            lines.append("")
+            lines.append(f"  {'candidate':<{width}}  {'ms':>7}  found")
+            for p in self.probes:
+                if p.decision == Decision.NOT_PROBED:
+                    lines.append(f"  {p.candidate:<{width}}        -  not probed ({p.reason})")
+                    continue
+                lines.append(
+                    f"  {p.candidate:<{width}}  {p.seconds * 1000:7.2f}  {p.kind}: {p.reason}"
+                )
+                lines.append(f"  {'':<{width}}           -> {p.decision}")
+        if self.plugins:
+            lines.append("")
+            lines.append("plugins:")
+            for plugin in self.plugins:
+                lines.append(
+                    f"  {plugin.name} ({plugin.distribution}, {plugin.value}): {plugin.state}"
+                    + (f": {plugin.detail}" if plugin.detail else "")
+                )
+        return "\n".join(lines)
 
 
 def resolve(target: str | Callable[..., Any]) -> Any:

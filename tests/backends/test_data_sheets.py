@@ -15,9 +15,9 @@ import inspect
 from pathlib import Path
 
 import pytest
-from tests.test_settings import docstring_ids
 
 from anyaccel.backends.torch_module import TorchModuleAccelerator
+from tests.test_settings import docstring_ids
 
 SOURCE = Path(__file__).resolve().parents[2] / "src" / "anyaccel"
 

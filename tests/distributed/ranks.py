@@ -6,9 +6,7 @@ Every process runs under a timeout, so a hang fails one test instead of the run.
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +14,8 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 import pytest
+
+from tests.ports import free_port
 
 Test = TypeVar("Test", bound=Callable[..., object])
 
@@ -26,37 +26,6 @@ def multiprocess(test: Test) -> Test:
     """Mark a test that starts real ranks: slow, and Linux only (memfd segments, /proc)."""
     linux_only = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs Linux")
     return pytest.mark.slow(linux_only(test))
-
-
-def _ephemeral_start() -> int:
-    """Where the kernel's ephemeral ports begin (Linux's default where it cannot be read)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
-            return int(ranges.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def free_port() -> int:
-    """A free port for a rendezvous, below the kernel's ephemeral range.
-
-    A port the kernel handed out (``bind(0)``) and that was then closed can go at once to any
-    other process's socket: a gloo listener or client of another job running meanwhile (the
-    gate runs two test jobs at once). A rank connecting to it then waits on a stranger. Ports
-    below the ephemeral range are never handed out that way; random ones keep two jobs apart.
-    """
-    top = _ephemeral_start()
-    for _ in range(200):
-        port = random.randrange(max(1024, top - 12000), top)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as sock:  # all taken: let the kernel choose
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def base_env() -> dict[str, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ from anyaccel.distributed.exit_grace import (
     pause_for_backend,
 )
 from anyaccel.distributed.shm.backend import BACKEND_NAME
+from tests.ports import free_port
 
 SRC = str(Path(exit_grace.__file__).resolve().parents[2])
 
@@ -105,9 +105,7 @@ def test_init_distributed_on_gloo_installs_the_pause_and_a_late_bad_value_never_
     print(f"done at {time.monotonic():.3f}", flush=True)
     """
     )
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
+    port = str(free_port())
     result, _ = _run(code, {EXIT_GRACE_ENV: "1.5", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
     assert result.returncode == 0, result.stderr[-2000:]
     assert DEFAULT_EXIT_GRACE_S * 0.9 <= _paused_for(result) < 1.4
@@ -141,9 +139,7 @@ def test_a_group_made_by_name_on_anyaccel_shm_pauses_at_exit_without_init_distri
     print(f"done at {time.monotonic():.3f}", flush=True)
     """
     )
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
+    port = str(free_port())
     env = {EXIT_GRACE_ENV: "1.5", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
     result, _ = _run(code, env)
     assert result.returncode == 0, result.stderr[-2000:]

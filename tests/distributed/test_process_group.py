@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import warnings
 from collections.abc import Iterator
 from datetime import timedelta
@@ -14,6 +13,7 @@ import torch.distributed as dist
 
 from anyaccel.distributed import DistributedSetupError, LaunchInfo, init_distributed
 from anyaccel.distributed import process_group as process_group_module
+from tests.ports import free_port
 
 from .test_devices import FakeAccelerator
 
@@ -82,17 +82,11 @@ def test_an_argument_of_the_wrong_kind_is_refused_by_name_and_nothing_changes(
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     before = dict(os.environ)
     with pytest.raises(DistributedSetupError, match=re.escape(named)):
         init_distributed(rank=0, world_size=1, **arguments)  # type: ignore[arg-type]
     assert dict(os.environ) == before and not dist.is_initialized()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_device_sharing_is_refused_before_any_rendezvous(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -113,10 +107,6 @@ def test_device_sharing_is_refused_before_any_rendezvous(monkeypatch: pytest.Mon
 
 
 # --- a second call -------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 from .conftest import child_env
-from .test_deepspeed_training import _free_port
 
 pytestmark = [pytest.mark.deepspeed, pytest.mark.slow]
 
@@ -26,7 +27,7 @@ def shm_run(ds_python: str) -> dict[str, object]:
     env = dict(child_env(), DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
     command = [
         ds_python, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), str(SCRIPT),
+        "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(SCRIPT),
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -10,13 +9,12 @@ import torch.distributed as dist
 
 from anyaccel.distributed import DistributedSetupError, init_distributed, shm_all_reduce_status
 from anyaccel.integrations.deepspeed import register_shm_comm_ops, shm_comm_initialize
+from tests.ports import free_port
 
 
 @pytest.fixture
 def one_rank(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(port))

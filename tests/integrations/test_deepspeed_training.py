@@ -12,12 +12,13 @@ DeepSpeed's CPU Adam is built just in time on first use: ``ANYACCEL_DEEPSPEED_EX
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.ports import free_port
 
 from .conftest import child_env, finish_launch
 from .deepspeed_train import CONFIGS, config_name
@@ -30,13 +31,6 @@ STEPS = 20
 SHM_CONFIGS = [config_name(stage, dtype, False) for stage in (2, 3) for dtype in ("fp32", "bf16")]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _launch(
     ds_python: str, out: Path, accelerator: str, extra: list[str], shm_setting: str | None
 ) -> subprocess.Popen[bytes]:
@@ -46,7 +40,7 @@ def _launch(
         env["ANYACCEL_SHM_BACKEND"] = shm_setting
     command = [
         ds_python, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+        "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
         str(SCRIPT), "--accelerator", accelerator, "--steps", str(STEPS),
         "--out", str(out.with_suffix(".json")), *extra,
     ]  # fmt: skip
@@ -91,7 +85,7 @@ def runs(ds_python: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     for accelerator in ("deepspeed", "anyaccel"):
         command = [
             ds_python, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-            "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+            "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
             str(SCRIPT), "--accelerator", accelerator, "--steps", str(STEPS),
             "--out", str(out_dir / f"{accelerator}.json"),
         ]  # fmt: skip

@@ -10,12 +10,13 @@ interpreters run side by side (each imports DeepSpeed once).
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.ports import free_port
 
 from .conftest import ANYACCEL_SRC, child_env
 
@@ -81,13 +82,6 @@ print(json.dumps(out))
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _install(site: Path) -> None:
     info = site / "ds_vendor_accelerators-1.0.dist-info"
     info.mkdir(parents=True)
@@ -107,7 +101,7 @@ def results(ds_python: str, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     env["ASCEND_HOME_PATH"] = str(site)  # CANN's set_env.sh sets it; DeepSpeed's builders read it
     children = {
         name: subprocess.Popen(
-            [ds_python, "-c", _CHILD, name, reference, str(_free_port())],
+            [ds_python, "-c", _CHILD, name, reference, str(free_port())],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -11,7 +11,6 @@ CPU optimizer offload is not run on the device: DeepSpeed's NPU op builders need
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 
 from anyaccel.ops.jit.toolchain import toolchain_problem
+from tests.ports import free_port
 
 from .conftest import child_env, finish_launch, run_python
 from .deepspeed_vendor_train import CONFIGS, STEPS
@@ -27,13 +27,6 @@ pytestmark = [pytest.mark.deepspeed, pytest.mark.slow]
 
 SCRIPT = Path(__file__).with_name("deepspeed_vendor_train.py")
 MISPLACED = "Expected all tensors to be on the same device"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +49,7 @@ def runs(ds_python: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     launches = {}
     for name, target in targets.items():
         (root / name).mkdir()
-        port = ["--master-port", str(_free_port())]
+        port = ["--master-port", str(free_port())]
         command = [*launcher, *port, *target, "--out", str(root / name)]
         log = (root / f"{name}.log").open("w")
         launches[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)

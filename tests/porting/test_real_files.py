@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 PORTED_LINE = b"get_accelerator().synchronize()"
 
@@ -231,16 +233,12 @@ os._exit(0)  # past torch's gloo exit abort (docs/distributed.md): this tests th
 
 
 def test_a_ported_fsdp_script_trains_on_the_cpu_where_the_original_fails(tmp_path: Path) -> None:
-    import socket
-
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("the original runs as well on a machine with CUDA")
     (tmp_path / "train.py").write_text(FSDP_SCRIPT)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
+    port = str(free_port())
     env = {**os.environ, "PYTHONPATH": str(SRC), "DS_ACCELERATOR": "cpu", "LOCAL_RANK": "0",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}  # fmt: skip
 

@@ -10,6 +10,7 @@ import pytest
 import torch.distributed as dist
 
 from anyaccel.distributed import DistributedSetupError, init_distributed
+from tests.ports import free_port
 
 from ..ranks import finish, kill_rank_one, multiprocess, start_ranks
 
@@ -35,15 +36,11 @@ def test_all_reduce_takes_tensors_only() -> None:
 def test_all_reduce_on_one_rank_leaves_the_tensor_and_sets_nothing_up(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import socket
-
     import torch
 
     from anyaccel.distributed import all_reduce, shm_all_reduce_status
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(port))

@@ -14,6 +14,7 @@ from anyaccel.distributed.shm.backend import (
     shm_backend_wanted,
 )
 from anyaccel.errors import InvalidSettingError
+from tests.ports import free_port
 
 
 def test_the_backend_is_registered_for_cpu_on_import() -> None:
@@ -61,15 +62,11 @@ def test_the_environment_and_the_argument_turn_it_on_and_off(
 def test_init_distributed_on_one_rank_picks_it_and_reports_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import socket
-
     import torch
 
     from anyaccel.distributed import init_distributed, shm_process_group
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     for name, value in {
         "DS_ACCELERATOR": "cpu",
         "MASTER_ADDR": "127.0.0.1",
