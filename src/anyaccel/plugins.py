@@ -37,7 +37,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 from anyaccel.abstract import Accelerator
 from anyaccel.contract import ACCELERATOR_NAME
@@ -47,6 +47,7 @@ from anyaccel.probe import (
     ALLOW_ENV,
     FORCE_ENV,
     BackendCandidate,
+    FrozenRecord,
     PluginState,
     PluginStatus,
     ProbeOutcome,
@@ -96,11 +97,15 @@ class PluginWarning(AnyaccelWarning):
     """A plugin was skipped or its probe failed; detection goes on without it."""
 
 
-class PluginDiscovery(NamedTuple):
+class PluginDiscovery(FrozenRecord):
     """What discovery found: the candidates to add, and one status row per entry point."""
 
+    _fields = ("candidates", "statuses")
     candidates: list[BackendCandidate]
     statuses: list[PluginStatus]
+
+    def __init__(self, candidates: list[BackendCandidate], statuses: list[PluginStatus]) -> None:
+        self._set_fields(candidates, statuses)
 
 
 def claimed_builtin_name(

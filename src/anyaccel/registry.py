@@ -252,7 +252,7 @@ def _late_candidates(
     """
     # Deferred for cost (plugins import the contract and torch), not to dodge a cycle.
     from anyaccel.backends.generic import device_alias_candidate
-    from anyaccel.plugins import PluginDiscovery, load_plugins
+    from anyaccel.plugins import load_plugins
 
     found = load_plugins(existing)
 
@@ -261,9 +261,8 @@ def _late_candidates(
     except Exception as error:  # asking torch must never stop detection
         logger.debug("could not ask torch for its device type: %s", error)
         alias = None
-    if alias is None:
-        return found
-    return PluginDiscovery([*found.candidates, alias], found.statuses)
+    added = found.candidates if alias is None else [*found.candidates, alias]
+    return added, found.statuses
 
 
 def load_plugins_once() -> None:

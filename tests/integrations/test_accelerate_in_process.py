@@ -354,3 +354,28 @@ def test_the_frameworks_are_asked_once_for_the_same_settings(
     monkeypatch.setenv("ANYACCEL_TEST_SETTINGS", "other")  # other settings: asked again
     integration.explain(CpuAccelerator())
     assert len(children) == 2
+
+
+def test_answers_are_kept_across_tests_whose_settings_are_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pytest renames PYTEST_CURRENT_TEST for every test: that alone asks nothing again."""
+    from anyaccel.integrations.accelerate import asking
+
+    children: list[dict[str, str]] = []
+
+    def child(
+        batch: list[asking.Scenario], env: dict[str, str], runtime: Any, timeout: float
+    ) -> dict[str, dict[str, dict[str, Any]]]:
+        children.append(env)
+        return {s.name: {q: {"answer": len(children)} for q in s.ask} for s in batch}
+
+    monkeypatch.setattr(asking, "_ask_child", child)
+    scenario = asking.Scenario("kept", ("accelerate",))
+    settings = {"ANYACCEL_TEST_SETTINGS": os.urandom(8).hex(), "PYTEST_CURRENT_TEST": "a (call)"}
+    first = asking.ask_frameworks((scenario,), settings)
+    again = asking.ask_frameworks((scenario,), {**settings, "PYTEST_CURRENT_TEST": "b (setup)"})
+    assert again == first and len(children) == 1
+    assert children[0]["PYTEST_CURRENT_TEST"] == "a (call)"  # the child still gets it
+    other = asking.ask_frameworks((scenario,), {**settings, "ACCELERATE_USE_CPU": "1"})
+    assert len(children) == 2 and other["kept"]["accelerate"] == {"answer": 2}

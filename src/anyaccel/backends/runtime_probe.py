@@ -16,10 +16,10 @@ import os
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from anyaccel.errors import AnyaccelError
-from anyaccel.probe import ProbeOutcome, package_absent
+from anyaccel.probe import FrozenRecord, ProbeOutcome, package_absent
 from anyaccel.settings import AUTOLOAD_ENV
 
 if TYPE_CHECKING:
@@ -42,17 +42,21 @@ class RuntimeImportError(AnyaccelError, ImportError):
     """A vendor runtime package is installed but importing it failed (or exited)."""
 
 
-class RuntimeCheck(NamedTuple):
+class RuntimeCheck(FrozenRecord):
     """How a user checks a vendor's runtime when it fails: its status command and its stack.
 
-    A ``NamedTuple``: a frozen dataclass compiled six methods at import, on every first
-    detection's path.
+    A :class:`~anyaccel.probe.FrozenRecord`: neither a dataclass nor a ``NamedTuple`` compiles
+    methods at import, on every first detection's path.
     """
 
+    _fields = ("status", "stack")
     status: str
     """The vendor's own status check, e.g. "`npu-smi info` lists the NPUs"."""
     stack: str
     """What must match for the runtime to work, e.g. "the Ascend driver and CANN toolkit"."""
+
+    def __init__(self, status: str, stack: str) -> None:
+        self._set_fields(status, stack)
 
     def remedy(self, package: str) -> str:
         """What to do when ``package``'s runtime raises: the vendor's check, not anyaccel's."""

@@ -69,6 +69,9 @@ class Scenario:
     unset: tuple[str, ...] = ()
 
 
+#: Variables that change while the settings stay the same and that neither framework reads:
+#: pytest names the running test in one, so a suite's tests would each ask again.
+BOOKKEEPING_VARIABLES = frozenset({"PYTEST_CURRENT_TEST"})
 #: Answers already given, by (environment, scenario): each is asked once per process.
 _answers: dict[tuple[tuple[tuple[tuple[str, str], ...], str], Scenario], dict[str, Any]] = {}
 
@@ -91,7 +94,8 @@ def ask_frameworks(
     """
     env = dict(os.environ if environ is None else environ)
     runtime = _device_runtime()
-    key = (tuple(sorted(env.items())), json.dumps(runtime, sort_keys=True))
+    settings = sorted((k, v) for k, v in env.items() if k not in BOOKKEEPING_VARIABLES)
+    key = (tuple(settings), json.dumps(runtime, sort_keys=True))
     with _asking:
         missing = [scenario for scenario in scenarios if (key, scenario) not in _answers]
         # one child for all of them; where this platform cannot fork, one per question
