@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,10 +91,53 @@ def session_extensions_dir() -> Path:
     return root
 
 
+class SimulationLeftBehind(UserWarning):
+    """A test left torch's CUDA face simulated (the guard below put the real one back)."""
+
+
+def _cuda_face() -> tuple[object, ...]:
+    """What a simulated CUDA runtime replaces: the module (both ways to reach it), build flags."""
+    import torch
+
+    return (
+        torch.cuda,
+        sys.modules.get("torch.cuda"),
+        torch.backends.cuda.is_built,
+        torch.version.cuda,
+        torch.version.hip,
+    )
+
+
+def _restore_cuda_face(face: tuple[object, ...]) -> None:
+    import torch
+
+    module, entry, is_built, cuda, hip = face
+    torch.cuda = module  # type: ignore[assignment]
+    sys.modules["torch.cuda"] = entry  # type: ignore[assignment]
+    torch.backends.cuda.is_built = is_built  # type: ignore[method-assign]
+    torch.version.cuda, torch.version.hip = cuda, hip  # type: ignore[assignment]
+
+
 @pytest.fixture(autouse=True)
-def fresh_accelerator(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Forget the cached accelerator and unset DS_ACCELERATOR around each test."""
+def fresh_accelerator(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[None]:
+    """Forget the cached accelerator and unset DS_ACCELERATOR around each test.
+
+    A simulated CUDA runtime still in place after a test (a context exited out of order, or by
+    a garbage-collected generator) would make every later test in this worker see GPUs: it is
+    put back and named in a warning, so the cascade stops and the culprit shows in the summary.
+    """
+    before = _cuda_face()
     monkeypatch.delenv("DS_ACCELERATOR", raising=False)
     anyaccel.reset_accelerator()
     yield
     anyaccel.reset_accelerator()
+    after = _cuda_face()
+    if any(a is not b for a, b in zip(after, before, strict=True)):
+        _restore_cuda_face(before)
+        warnings.warn(
+            f"{request.node.nodeid} left torch.cuda or its build flags simulated; restored",
+            SimulationLeftBehind,
+            stacklevel=1,
+        )

@@ -69,15 +69,6 @@ def test_every_header_of_the_core_enters_its_build_hash() -> None:
     assert {"allocator.h", "generator.h", "guard.h", "hooks.h", "fallback.h"} <= headers
 
 
-def test_no_file_of_the_package_is_over_600_lines() -> None:
-    long = {
-        str(path.relative_to(PACKAGE)): n
-        for path in PACKAGE.rglob("*")
-        if path.suffix in {".py", ".h", ".cpp"} and (n := len(path.read_text().splitlines())) > 600
-    }
-    assert long == {}
-
-
 @needs_emulated_device
 def test_entering_another_simulation_is_refused_by_the_one_rule() -> None:
     code = textwrap.dedent(
