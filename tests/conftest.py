@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,20 +61,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         )
 
 
-#: The most xdist workers ``-n auto`` starts (pyproject's addopts): many tests start ranks or
-#: compilers of their own, so more workers than this only oversubscribe a big machine.
-MAX_WORKERS = 8
-
-
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: the CPUs this process may use (a container's share, not the host's), <= 8."""
-    configured = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
-    if configured and configured.isdigit():
-        return int(configured)
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(usable or 1, MAX_WORKERS))
-
-
 @pytest.fixture(scope="session")
 def session_extensions_dir() -> Path:
     """The op cache every test that builds shares: the user's own (``extensions_root()``).
@@ -91,53 +75,10 @@ def session_extensions_dir() -> Path:
     return root
 
 
-class SimulationLeftBehind(UserWarning):
-    """A test left torch's CUDA face simulated (the guard below put the real one back)."""
-
-
-def _cuda_face() -> tuple[object, ...]:
-    """What a simulated CUDA runtime replaces: the module (both ways to reach it), build flags."""
-    import torch
-
-    return (
-        torch.cuda,
-        sys.modules.get("torch.cuda"),
-        torch.backends.cuda.is_built,
-        torch.version.cuda,
-        torch.version.hip,
-    )
-
-
-def _restore_cuda_face(face: tuple[object, ...]) -> None:
-    import torch
-
-    module, entry, is_built, cuda, hip = face
-    torch.cuda = module  # type: ignore[assignment]
-    sys.modules["torch.cuda"] = entry  # type: ignore[assignment]
-    torch.backends.cuda.is_built = is_built  # type: ignore[method-assign]
-    torch.version.cuda, torch.version.hip = cuda, hip  # type: ignore[assignment]
-
-
 @pytest.fixture(autouse=True)
-def fresh_accelerator(
-    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
-) -> Iterator[None]:
-    """Forget the cached accelerator and unset DS_ACCELERATOR around each test.
-
-    A simulated CUDA runtime still in place after a test (a context exited out of order, or by
-    a garbage-collected generator) would make every later test in this worker see GPUs: it is
-    put back and named in a warning, so the cascade stops and the culprit shows in the summary.
-    """
-    before = _cuda_face()
+def fresh_accelerator(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Forget the cached accelerator and unset DS_ACCELERATOR around each test."""
     monkeypatch.delenv("DS_ACCELERATOR", raising=False)
     anyaccel.reset_accelerator()
     yield
     anyaccel.reset_accelerator()
-    after = _cuda_face()
-    if any(a is not b for a, b in zip(after, before, strict=True)):
-        _restore_cuda_face(before)
-        warnings.warn(
-            f"{request.node.nodeid} left torch.cuda or its build flags simulated; restored",
-            SimulationLeftBehind,
-            stacklevel=1,
-        )
