@@ -148,3 +148,27 @@ def test_a_group_made_by_name_on_anyaccel_shm_pauses_at_exit_without_init_distri
     result, _ = _run(asked_only.replace("dist.destroy", "0 and dist.destroy"), env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert _paused_for(result) < 1.4  # asking alone installs nothing: no group, no pause
+
+
+def test_a_launched_rank_that_asks_for_the_backend_pauses_at_exit_on_gloo_too() -> None:
+    # what a ported script does with ANYACCEL_SHM_BACKEND=0: torch's own init_process_group on
+    # "gloo", which no factory of ours sees; the rank that asked gets the pause (stop 50's CI
+    # aborted at exit this way, 6 launches in 40 on torch 2.14 without it)
+    code = (
+        EXIT_LOGGER
+        + """
+    import time
+    from anyaccel import get_accelerator
+    assert get_accelerator().communication_backend_name() == "gloo"
+    print(f"done at {time.monotonic():.3f}", flush=True)
+    """
+    )
+    launched = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    env = {EXIT_GRACE_ENV: "1.5", "ANYACCEL_SHM_BACKEND": "0"}
+    result, _ = _run(code, {**env, **launched})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert 1.4 <= _paused_for(result) < 2.9
+    # a half-set launcher: asking still answers (init_process_group will name the gap), no pause
+    result, _ = _run(code, {**env, "RANK": "0"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert _paused_for(result) < 1.4

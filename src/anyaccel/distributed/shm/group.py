@@ -270,6 +270,18 @@ def _released_by_workers(kept: list[torch.Tensor], seconds: float) -> bool:
     return True
 
 
+def wait_released(work: Any, tensors: list[torch.Tensor]) -> None:
+    """Wait for a gloo ``work`` and then for its worker thread to let go of ``tensors``.
+
+    For tensors a fallback makes and drops itself: were the worker to drop the last reference,
+    it would need the GIL, and on torch < 2.8 a group destroyed meanwhile (with the GIL held)
+    and that worker wait on each other for good.
+    """
+    work.wait()
+    del work  # it holds the tensors too
+    _released_by_workers(tensors, RELEASE_WAIT)
+
+
 def set_up_segment(gather: Gather, size: int, me: int, state: ShmGroup) -> None:
     """Collectively decide a group's path and, on one node, share a segment among its ranks.
 

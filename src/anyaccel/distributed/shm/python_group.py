@@ -49,6 +49,7 @@ from anyaccel.distributed.shm.group import (
     announce_fallback,
     load_kernel,
     set_up_segment,
+    wait_released,
 )
 from anyaccel.distributed.shm.reduction import (
     all_reduce_as_nccl,
@@ -298,7 +299,7 @@ class ShmProcessGroup(dist.ProcessGroup):
             options = dist.AllreduceOptions()
             options.reduceOp = op
             options.timeout = opts.timeout
-            self.gloo.allreduce([target], options).wait()
+            wait_released(self.gloo.allreduce([target], options), [target])
 
         all_reduce_as_nccl(tensor, opts.reduceOp, self.size(), reduce)
 

@@ -10,8 +10,9 @@ import os
 import torch
 import torch.distributed as dist
 
-from anyaccel.distributed.environment import launch_info
+from anyaccel.distributed.environment import is_launched, launch_info
 from anyaccel.distributed.errors import DistributedSetupError
+from anyaccel.distributed.exit_grace import pause_for_backend
 from anyaccel.distributed.shm.factory import create_group
 from anyaccel.distributed.shm.group import BACKEND_ENV, BACKEND_NAME
 from anyaccel.forksafe import ForkSafeLock
@@ -115,6 +116,15 @@ def cpu_backend_name() -> str:
 
     Resolved by ``anyaccel.backends.cpu`` from a ``"module:attr"`` string (a backend never
     imports ``anyaccel.distributed``); cheap after the first call, safe in forked and spawned
-    processes (each registers in its own interpreter, once).
+    processes (each registers in its own interpreter, once). A rank a launcher started also
+    gets the pause at exit (``anyaccel.distributed.exit_grace``): the script that asked is
+    about to make its CPU group with torch's own ``init_process_group``.
     """
-    return cpu_backend_choice()[0]
+    name = cpu_backend_choice()[0]
+    try:
+        launched = is_launched()
+    except DistributedSetupError:  # a half-set launcher: init_process_group says so
+        launched = False
+    if launched:
+        pause_for_backend(name)
+    return name
