@@ -8,7 +8,8 @@ more likely on a loaded host. Pausing at exit, with the GIL released, lets the w
 first. Whether a backend gets the pause is decided here alone (:func:`pause_for_backend`), and
 asked wherever a CPU group is made: the ``anyaccel_shm`` factory (every caller of
 ``init_process_group``), ``init_distributed()``, the Lightning strategies, accelerate's
-``install()``; and ``ddp_device_ids()``/``ddp_output_device()`` on the CPU.
+``install()``; ``ddp_device_ids()``/``ddp_output_device()`` on the CPU; and the CPU
+accelerator's ``communication_backend_name()`` in a launched rank.
 """
 
 from __future__ import annotations
