@@ -21,6 +21,7 @@ from anyaccel.distributed.exit_grace import (
     pause_for_backend,
 )
 from anyaccel.distributed.shm.backend import BACKEND_NAME
+from anyaccel.settings import LAUNCHERS
 from tests.ports import free_port
 
 SRC = str(Path(exit_grace.__file__).resolve().parents[2])
@@ -47,7 +48,10 @@ def test_a_malformed_value_is_refused_naming_it_and_the_fix(
 
 
 def _run(code: str, env_extra: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:
-    env = {**os.environ, "PYTHONPATH": SRC, "DS_ACCELERATOR": "cpu", **env_extra}
+    # not a launched rank unless the test says so (an earlier test may leave launcher variables)
+    launcher = {n for names in LAUNCHERS for n in (names.rank, names.world_size, names.local_rank)}
+    env = {k: v for k, v in os.environ.items() if k not in launcher and not k.startswith("LOCAL_")}
+    env.update(PYTHONPATH=SRC, DS_ACCELERATOR="cpu", **env_extra)
     began = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
