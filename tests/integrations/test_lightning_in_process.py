@@ -137,18 +137,19 @@ def test_ddp_on_cpu_ranks_pauses_at_exit_and_on_an_accelerator_does_not(
     calls: list[str] = []
 
     import anyaccel.distributed.exit_grace as exit_grace
+    from anyaccel.settings import LAUNCHERS
 
     monkeypatch.setattr(exit_grace, "install_exit_grace", lambda: calls.append("x") or True)
+    for names in LAUNCHERS:  # not a launched rank (asking the accelerator there installs too)
+        for name in (names.rank, names.world_size, names.local_rank):
+            monkeypatch.delenv(name, raising=False)
     for strategy in (integration.AnyDDPStrategy, integration.AnyFabricDDPStrategy):
-        calls.clear()
         cpu = strategy(accelerator=integration.AnyAccelerator())
         assert cpu._get_process_group_backend() == "anyaccel_shm"
-        assert calls, strategy  # a CPU job: torch's gloo exit abort (exit_grace); installed once
-        calls.clear()  # (asking the CPU accelerator in a launched rank installs it as well)
         with simulate_cuda(device_count=2):
             gpus = strategy(accelerator=integration.AnyAccelerator(CudaAccelerator()))
             assert gpus._get_process_group_backend() == "nccl"
-        assert calls == [], strategy  # nccl: no pause
+    assert calls == ["x", "x"]  # the CPU jobs only: torch's gloo exit abort (exit_grace)
 
 
 def test_unsupported_precision_is_refused_for_trainer_and_fabric(
